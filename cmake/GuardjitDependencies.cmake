@@ -1,0 +1,53 @@
+# Finds every external dependency once, for all targets.
+# LLVM 19 from Debian (llvm-19-dev). "19" alone is rejected by
+# LLVMConfigVersion.cmake (major.minor match), and llvm-14 may be installed too.
+find_package(LLVM 19.1 REQUIRED CONFIG HINTS /usr/lib/llvm-19/lib/cmake/llvm)
+message(STATUS "guardjit: LLVM ${LLVM_PACKAGE_VERSION} from ${LLVM_DIR}")
+separate_arguments(GUARDJIT_LLVM_DEFINITIONS NATIVE_COMMAND ${LLVM_DEFINITIONS})
+
+# The pyenv CPython first on PATH, not Debian's python3-dev.
+find_package(Python3 3.11 REQUIRED COMPONENTS Interpreter Development.Module Development.Embed)
+
+# spdlog (Debian libspdlog-dev) for logging controlled by GUARDJIT_LOGS.
+find_package(spdlog CONFIG REQUIRED)
+
+# torch: headers and libraries of the installed wheel (torch==2.13.0).
+execute_process(
+  COMMAND "${Python3_EXECUTABLE}" -c
+          "import os, torch; print(os.path.dirname(torch.__file__)); print(int(torch.compiled_with_cxx11_abi())); print(torch.__version__)"
+  OUTPUT_VARIABLE _gj_torch_out
+  RESULT_VARIABLE _gj_torch_rc
+  OUTPUT_STRIP_TRAILING_WHITESPACE)
+if(NOT _gj_torch_rc EQUAL 0)
+  message(FATAL_ERROR "guardjit: cannot import torch with ${Python3_EXECUTABLE}; run `pip install torch==2.13.0` first")
+endif()
+string(REPLACE "\n" ";" _gj_torch_out "${_gj_torch_out}")
+list(GET _gj_torch_out 0 GUARDJIT_TORCH_DIR)
+list(GET _gj_torch_out 1 GUARDJIT_TORCH_CXX11_ABI)
+list(GET _gj_torch_out 2 GUARDJIT_TORCH_VERSION)
+message(STATUS "guardjit: torch ${GUARDJIT_TORCH_VERSION} at ${GUARDJIT_TORCH_DIR}")
+add_library(guardjit_torch_deps INTERFACE)
+target_include_directories(guardjit_torch_deps SYSTEM INTERFACE
+  "${GUARDJIT_TORCH_DIR}/include"
+  "${GUARDJIT_TORCH_DIR}/include/torch/csrc/api/include")
+target_compile_definitions(guardjit_torch_deps INTERFACE
+  _GLIBCXX_USE_CXX11_ABI=${GUARDJIT_TORCH_CXX11_ABI})
+target_link_directories(guardjit_torch_deps INTERFACE "${GUARDJIT_TORCH_DIR}/lib")
+target_link_libraries(guardjit_torch_deps INTERFACE c10 torch_cpu torch_python)
+
+if(GUARDJIT_BUILD_PYTHON)
+  # pybind11 3.x from PyPI: Debian's 2.10 config does not load with CMake 4.
+  execute_process(
+    COMMAND "${Python3_EXECUTABLE}" -c "import pybind11; print(pybind11.get_cmake_dir())"
+    OUTPUT_VARIABLE _gj_pybind11_dir OUTPUT_STRIP_TRAILING_WHITESPACE)
+  find_package(pybind11 3 CONFIG REQUIRED HINTS "${_gj_pybind11_dir}")
+endif()
+
+if(GUARDJIT_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+  find_program(GUARDJIT_FILECHECK FileCheck HINTS "${LLVM_TOOLS_BINARY_DIR}" REQUIRED)
+  find_program(GUARDJIT_LIT NAMES lit llvm-lit HINTS "${LLVM_TOOLS_BINARY_DIR}" REQUIRED)
+endif()
+if(GUARDJIT_BUILD_BENCH)
+  find_package(benchmark REQUIRED)
+endif()

@@ -1,0 +1,26 @@
+# guardjit_add_library(<name> SOURCES ... [LLVM] DEPENDS ...)
+#   One folder of headers = one library. LLVM marks libraries that may include
+#   LLVM headers (IR, Transforms, JIT, Tools); Runtime must not.
+function(guardjit_add_library name)
+  cmake_parse_arguments(ARG "LLVM" "" "SOURCES;DEPENDS" ${ARGN})
+  add_library(${name} STATIC ${ARG_SOURCES})
+  target_include_directories(${name} PUBLIC "${PROJECT_SOURCE_DIR}/include")
+  target_compile_options(${name} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  if(ARG_LLVM)
+    target_include_directories(${name} SYSTEM PUBLIC ${LLVM_INCLUDE_DIRS})
+    target_compile_definitions(${name} PUBLIC ${GUARDJIT_LLVM_DEFINITIONS})
+  endif()
+  if(ARG_DEPENDS)
+    target_link_libraries(${name} PUBLIC ${ARG_DEPENDS})
+  endif()
+endfunction()
+
+# guardjit_add_unittest(<name> SOURCES ... DEPENDS ...)
+#   One GoogleTest binary per library, registered with ctest.
+function(guardjit_add_unittest name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPENDS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPENDS} GTest::gtest GTest::gtest_main)
+  include(GoogleTest)
+  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60)
+endfunction()

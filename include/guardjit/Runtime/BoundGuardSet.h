@@ -1,0 +1,55 @@
+//===- BoundGuardSet.h - A guard set bound to live objects ------*- C++ -*-===//
+//
+// The IR of one compile unit plus what checking it needs at run time: the
+// `PyObject*` of every object table entry (strong references where Dynamo
+// keeps one) and the native payload of every torch guard (prepared through
+// TorchHooks). Both the interpreter and the JIT read a BoundGuardSet; JIT
+// code bakes its addresses in, so it must outlive the compiled function.
+//
+// Thread/GIL: create and destroy with the GIL held.
+//
+//===----------------------------------------------------------------------===//
+#ifndef GUARDJIT_RUNTIME_BOUNDGUARDSET_H
+#define GUARDJIT_RUNTIME_BOUNDGUARDSET_H
+
+#include "guardjit/IR/GuardSet.h"
+#include "guardjit/Runtime/Python.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace guardjit {
+
+class BoundGuardSet {
+public:
+  /// Binds `Set`. Every object entry must have a non-zero Address (a live
+  /// `PyObject*`); strong entries are INCREF'd. Returns nullptr and sets
+  /// *Error (with the guard's source) when an entry is unbound or a torch
+  /// guard cannot be prepared (e.g. no TorchHooks installed).
+  static std::unique_ptr<BoundGuardSet> bind(std::shared_ptr<const GuardSet> Set,
+                                             std::string *Error);
+  ~BoundGuardSet();
+  BoundGuardSet(const BoundGuardSet &) = delete;
+  BoundGuardSet &operator=(const BoundGuardSet &) = delete;
+
+  const GuardSet &set() const { return *Set; }
+  /// Borrowed pointers, indexed by ObjectId.
+  PyObject *const *objects() const { return Objects.data(); }
+  PyObject *object(ObjectId Id) const { return Objects[Id]; }
+  /// The prepared payload of guard `GuardIndex`, or nullptr.
+  const void *payload(size_t GuardIndex) const { return Payloads[GuardIndex]; }
+  /// True when some guard needs the thread-local dispatch key state.
+  bool needsLocalState() const { return NeedsLocalState; }
+
+private:
+  explicit BoundGuardSet(std::shared_ptr<const GuardSet> Set);
+  std::shared_ptr<const GuardSet> Set;
+  std::vector<PyObject *> Objects;
+  std::vector<void *> Payloads;
+  bool NeedsLocalState = false;
+};
+
+} // namespace guardjit
+
+#endif // GUARDJIT_RUNTIME_BOUNDGUARDSET_H

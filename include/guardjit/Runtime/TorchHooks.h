@@ -1,0 +1,61 @@
+//===- TorchHooks.h - Torch-specific checks behind a C table ----*- C++ -*-===//
+//
+// The Runtime layer is plain CPython: it knows nothing of ATen. Guards that
+// read ATen state (TENSOR_MATCH, GLOBAL_STATE, TORCH_FUNCTION_MODE_STACK) go
+// through this table, filled in by the TorchRuntime component (built against
+// the installed torch's headers) when the Python module loads. Tests may
+// install their own table.
+//
+// Every function is called with the GIL held and never raises: a failed read
+// is a failed check (error cleared), as in torch/csrc/dynamo/guards.cpp.
+//
+//===----------------------------------------------------------------------===//
+#ifndef GUARDJIT_RUNTIME_TORCHHOOKS_H
+#define GUARDJIT_RUNTIME_TORCHHOOKS_H
+
+#include "guardjit/Runtime/Python.h"
+
+#include <cstdint>
+#include <string>
+
+namespace guardjit {
+
+class GuardSet;
+struct Guard;
+
+/// The thread-local dispatch key modifiers, read once per check
+/// (torch::dynamo::LocalState): apply(ks) = (ks | Included) & ~Excluded.
+struct LocalState {
+  uint64_t Included = 0;
+  uint64_t Excluded = 0;
+};
+
+/// Guard payload preparation: turns a guard's IR parameters (and its bound
+/// objects) into the native form the check function reads. Returns nullptr
+/// and sets *Error when the guard cannot be prepared.
+using PrepareFn = void *(*)(const GuardSet &Set, const Guard &G,
+                            PyObject *const *Objects, std::string *Error);
+using ReleaseFn = void (*)(const Guard &G, void *Payload);
+
+struct TorchHooks {
+  /// Fills *State from c10::impl::tls_local_dispatch_key_set().
+  void (*readLocalState)(LocalState *State);
+  /// TENSOR_MATCH: 1 iff `Value` (borrowed) matches the prepared spec.
+  int (*tensorMatch)(PyObject *Value, const void *Payload,
+                     const LocalState *State);
+  /// GLOBAL_STATE: 1 iff the ambient global state equals the prepared one.
+  int (*globalState)(const void *Payload);
+  /// TORCH_FUNCTION_MODE_STACK: 1 iff the TLS mode stack has the types.
+  int (*torchFunctionModeStack)(const void *Payload);
+  PrepareFn prepare;
+  ReleaseFn release;
+};
+
+/// Installs the table (not owned; must outlive every bound guard set).
+void setTorchHooks(const TorchHooks *Hooks);
+/// The installed table, or nullptr.
+const TorchHooks *torchHooks();
+
+} // namespace guardjit
+
+#endif // GUARDJIT_RUNTIME_TORCHHOOKS_H
