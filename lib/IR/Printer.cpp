@@ -1,0 +1,148 @@
+//===- Printer.cpp - Textual form (.gir) of Guard IR ----------------------===//
+#include "guardjit/IR/Printer.h"
+
+#include <cstdio>
+#include <sstream>
+
+namespace guardjit {
+
+std::string quoteString(std::string_view S) {
+  std::string Out = "\"";
+  for (unsigned char C : S) {
+    switch (C) {
+    case '"':
+      Out += "\\\"";
+      break;
+    case '\\':
+      Out += "\\\\";
+      break;
+    case '\n':
+      Out += "\\n";
+      break;
+    case '\t':
+      Out += "\\t";
+      break;
+    default:
+      if (C < 0x20 || C == 0x7f) {
+        char Buf[8];
+        std::snprintf(Buf, sizeof(Buf), "\\x%02x", C);
+        Out += Buf;
+      } else {
+        Out += static_cast<char>(C);
+      }
+    }
+  }
+  Out += '"';
+  return Out;
+}
+
+static const char *spelling(ObjectKind K) {
+  switch (K) {
+  case ObjectKind::Type:
+    return "type";
+  case ObjectKind::Object:
+    return "object";
+  case ObjectKind::Constant:
+    return "constant";
+  case ObjectKind::Callable:
+    return "callable";
+  case ObjectKind::Dict:
+    return "dict";
+  case ObjectKind::Key:
+    return "key";
+  case ObjectKind::State:
+    return "state";
+  }
+  return "object";
+}
+
+static void printDims(std::ostream &OS,
+                      const std::vector<std::optional<int64_t>> &Dims) {
+  OS << '[';
+  for (size_t I = 0; I < Dims.size(); ++I) {
+    if (I)
+      OS << ", ";
+    if (Dims[I])
+      OS << *Dims[I];
+    else
+      OS << '?';
+  }
+  OS << ']';
+}
+
+static void printTensorSpec(std::ostream &OS, uint32_t Id, const TensorSpec &T) {
+  char Keys[32];
+  std::snprintf(Keys, sizeof(Keys), "0x%llx",
+                static_cast<unsigned long long>(T.DispatchKeys));
+  OS << "  tensor " << Id << " = pytype=#" << T.PyType << " keys=" << Keys
+     << " dtype=" << int(T.DType) << " device=" << int(T.DeviceIndex)
+     << " requires_grad=" << (T.RequiresGrad ? "true" : "false") << " sizes=";
+  printDims(OS, T.Sizes);
+  OS << " strides=";
+  printDims(OS, T.Strides);
+  OS << '\n';
+}
+
+static void printValue(std::ostream &OS, ValueId Id, const Value &V) {
+  OS << "  %" << Id << " = " << spelling(V.Kind);
+  if (V.Kind != AccessorKind::Root)
+    OS << " %" << V.Parent;
+  if (!V.Name.empty())
+    OS << " name=" << quoteString(V.Name);
+  if (V.Index >= 0)
+    OS << " index=" << V.Index;
+  if (V.Key != InvalidId)
+    OS << " key=#" << V.Key;
+  OS << " source=" << quoteString(V.Source) << '\n';
+}
+
+static void printGuard(std::ostream &OS, const Guard &G) {
+  OS << "  guard " << spelling(G.Kind);
+  for (size_t I = 0; I < G.Operands.size(); ++I)
+    OS << (I ? ", %" : " %") << G.Operands[I];
+  if (G.Object != InvalidId)
+    OS << " object=#" << G.Object;
+  if (G.Aux != InvalidId)
+    OS << " aux=#" << G.Aux;
+  if (G.Int != 0)
+    OS << " int=" << G.Int;
+  if (!G.Str.empty())
+    OS << " str=" << quoteString(G.Str);
+  if (G.Tensor != InvalidId)
+    OS << " tensor=" << G.Tensor;
+  const GuardAttrs &A = G.Attrs;
+  if (A.IsGlobal)
+    OS << " global";
+  if (A.FromBuiltinNNModule)
+    OS << " builtin_nn_module";
+  else if (A.FromNNModule)
+    OS << " nn_module";
+  if (A.IsParameter)
+    OS << " parameter";
+  OS << " source=" << quoteString(A.Source);
+  if (!A.Loc.empty())
+    OS << " loc=" << quoteString(A.Loc.File) << ':' << A.Loc.Line;
+  OS << '\n';
+}
+
+std::string printGuardSet(const GuardSet &Set) {
+  std::ostringstream OS;
+  OS << "guard_set " << quoteString(Set.name()) << " {\n";
+  const auto &Objects = Set.objects();
+  for (size_t I = 0; I < Objects.size(); ++I)
+    OS << "  object #" << I << " = " << spelling(Objects[I].Kind)
+       << (Objects[I].Strong ? " strong " : " ")
+       << quoteString(Objects[I].Repr) << '\n';
+  const auto &Specs = Set.tensorSpecs();
+  for (size_t I = 0; I < Specs.size(); ++I)
+    printTensorSpec(OS, static_cast<uint32_t>(I), Specs[I]);
+  const auto &Values = Set.values();
+  for (size_t I = 0; I < Values.size(); ++I)
+    printValue(OS, static_cast<ValueId>(I), Values[I]);
+  for (const Guard &G : Set.guards())
+    printGuard(OS, G);
+  OS << "}\n";
+  return OS.str();
+}
+
+} // namespace guardjit
