@@ -1,0 +1,104 @@
+"""guardjit: torch.compile guard sets compiled to native code with LLVM ORC.
+
+Entry points:
+
+* :func:`compile` - ``torch.compile`` with the same arguments; the compile
+  units of that model run guardjit's check in Dynamo's cache lookup.
+* :func:`install` - route every ``torch.compile`` through guardjit (also done
+  at start-up when the environment variable ``GUARDJIT=1`` is set).
+* :func:`stats` - how many compile units and guards run natively, and why the
+  others stay on Dynamo's path.
+
+On a torch, Python or object layout guardjit has not verified, it warns once
+and leaves torch's own guards in place.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch  # noqa: F401  (must be loaded before guardjit._core)
+
+from guardjit import _compat
+
+__version__ = "0.1.0"
+__all__ = ["compile", "install", "uninstall", "stats", "enabled"]
+
+
+def enabled() -> bool:
+    """True when guardjit can run in this process (warns once otherwise)."""
+    return _compat.verified()
+
+
+def install() -> bool:
+    """Routes every torch.compile compile unit through guardjit.
+
+    Returns False (after one warning) when guardjit cannot run here; torch's
+    own guards are then left in place.
+    """
+    if not enabled():
+        return False
+    from guardjit import plugin
+
+    plugin.install_hooks()
+    plugin.config.route_all = True
+    return True
+
+
+def uninstall() -> None:
+    """Stops converting new compile units (existing ones keep their check)."""
+    if not _compat.problems():
+        from guardjit import plugin
+
+        plugin.config.route_all = False
+        plugin.uninstall_hooks()
+
+
+def compile(model: Any = None, **kwargs: Any) -> Any:
+    """``torch.compile(model, **kwargs)`` whose guards guardjit checks.
+
+    Takes exactly torch.compile's arguments. Compile units created while the
+    returned callable runs (the model's frames, including graph-break
+    continuations) are converted; every other torch.compile is untouched
+    unless :func:`install` was called.
+    """
+    if model is None:
+        return functools.partial(compile, **kwargs)
+    compiled = torch.compile(model, **kwargs)
+    if not enabled():
+        return compiled
+    from guardjit import plugin
+
+    plugin.install_hooks()
+    if isinstance(compiled, torch.nn.Module):
+        compiled.__class__ = _guardjit_module_class(type(compiled))
+        return compiled
+
+    @functools.wraps(compiled)
+    def run(*args: Any, **kw: Any) -> Any:
+        with plugin.active():
+            return compiled(*args, **kw)
+
+    run._torchdynamo_orig_callable = model  # type: ignore[attr-defined]
+    return run
+
+
+@functools.lru_cache(maxsize=None)
+def _guardjit_module_class(base: type) -> type:
+    from guardjit import plugin
+
+    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with plugin.active():
+            return base.__call__(self, *args, **kwargs)
+
+    return type("GuardJit" + base.__name__, (base,), {"__call__": __call__})
+
+
+def stats() -> dict[str, Any]:
+    """Process-wide conversion statistics (see guardjit.plugin.stats)."""
+    if _compat.problems():
+        return {}
+    from guardjit import plugin
+
+    return plugin.stats()

@@ -1,0 +1,275 @@
+"""The torch.compile plugin: Dynamo's cache lookup runs guardjit's check.
+
+How a compile unit is converted (torch 2.13, no patch to torch):
+
+1. The recorder mirrors Dynamo's guard-building calls into Guard IR.
+2. ``CheckFunctionManager.__init__`` calls ``guard_manager_testing_hook_fn``
+   after the tree is built and finalized and Dynamo's own check has passed on
+   the compile-time frame locals, and before the cache entry is created (the
+   cache entry reads ``wrapper.root`` only when it is constructed).
+3. There the plugin binds the IR, compiles it with the LLVM JIT, verifies that
+   the interpreter and the native code both pass on the same frame locals and
+   that the IR has exactly the leaf guards of Dynamo's tree, then replaces
+   ``wrapper.root`` with a fresh ``RootGuardManager`` whose only guard is the
+   native check. Dynamo's tree is kept for ``check_verbose`` (recompile
+   reasons), printing and diff-guard cloning.
+
+Anything unexpected leaves the unit on Dynamo's own tree and is counted in
+:func:`stats` with its reason: slower, never wrong.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import os
+import threading
+import time
+from typing import Any
+
+import torch
+import torch._dynamo.guards as dynamo_guards
+from torch._C._dynamo.guards import RootGuardManager
+from torch._guards import CompileContext
+
+from guardjit import _core, recorder
+
+_PYTHON_GUARDS = ("LAMBDA_GUARD",)
+
+
+@dataclasses.dataclass
+class Unit:
+    """One compile unit seen by the plugin."""
+
+    name: str
+    status: str  # "native", "interpreter" or "dynamo"
+    guards: int
+    python_guards: int = 0
+    reason: str = ""
+    compile_ms: float = 0.0
+    ir: Any = None
+    bound: Any = None
+    native: Any = None
+    check: Any = None  # the callable installed in the new root
+    dynamo_root: Any = None
+    native_root: Any = None
+    f_locals: dict | None = None  # only when keep_frame_locals is on
+    code: Any = None
+
+
+@dataclasses.dataclass
+class Config:
+    mode: str = os.environ.get("GUARDJIT_MODE", "native")  # native | interpreter
+    opt_level: str = os.environ.get("GUARDJIT_OPT", "light")  # O0 | light | O2
+    route_all: bool = False  # convert every compile unit (guardjit.install)
+    keep_units: bool = False  # keep Unit records (demo, tests, bench)
+    keep_frame_locals: bool = False  # keep compile-time frame locals (demo)
+
+
+config = Config()
+_lock = threading.Lock()
+_active = threading.local()
+_units: list[Unit] = []
+_counters: collections.Counter = collections.Counter()
+_reasons: collections.Counter = collections.Counter()
+_previous_hook: Any = None
+_installed = False
+
+
+class GuardJitManagerWrapper(dynamo_guards.GuardManagerWrapper):
+    """A GuardManagerWrapper whose ``root`` runs guardjit's check.
+
+    Dynamo's original tree stays in ``dynamo_root`` and answers everything
+    that explains or clones guards (check_verbose, printing, diff guards).
+    """
+
+    dynamo_root: Any
+
+    @contextlib.contextmanager
+    def _dynamo_tree(self):
+        native = self.root
+        self.root = self.dynamo_root
+        try:
+            yield
+        finally:
+            self.root = native
+
+    def check_verbose(self, x: Any) -> Any:
+        return self.dynamo_root.check_verbose(x)
+
+    def __str__(self) -> str:
+        with self._dynamo_tree():
+            return super().__str__()
+
+    def collect_diff_guard_sources(self) -> Any:
+        with self._dynamo_tree():
+            return super().collect_diff_guard_sources()
+
+    def clone_with_chosen_sources(self, chosen_sources: Any) -> Any:
+        return self.dynamo_root.clone_manager(lambda m: m.get_source() in chosen_sources)
+
+    def populate_code_parts_for_debugging(self) -> None:
+        with self._dynamo_tree():
+            super().populate_code_parts_for_debugging()
+
+
+@contextlib.contextmanager
+def active():
+    """Converts the compile units compiled inside this context."""
+    depth = getattr(_active, "depth", 0)
+    _active.depth = depth + 1
+    try:
+        yield
+    finally:
+        _active.depth = depth
+
+
+def _is_active() -> bool:
+    return config.route_all or getattr(_active, "depth", 0) > 0
+
+
+def _fallback(name: str, guards: int, reason: str, code: Any = None) -> None:
+    _counters["units_dynamo"] += 1
+    _counters["guards_total"] += guards
+    _reasons[reason] += 1
+    if config.keep_units:
+        _units.append(Unit(name=name, status="dynamo", guards=guards, reason=reason, code=code))
+
+
+def _tree_leaf_count(counts: dict[str, int]) -> int:
+    return sum(counts.values())
+
+
+def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
+    root = wrapper.root
+    compile_id = str(CompileContext.current_compile_id())
+    rec = recorder.take(root)
+    recorder.reset()  # drop abandoned recordings (e.g. the filter's first build)
+    tree = recorder.count_tree_guards(root)
+    total = _tree_leaf_count(tree)
+    _counters["units_seen"] += 1
+    if rec is None:
+        return _fallback(compile_id, total, "guard tree was not recorded", code)
+    if rec.unsupported:
+        return _fallback(compile_id, total, rec.unsupported[0], code)
+    if rec.recorded_kinds != tree:
+        return _fallback(compile_id, total,
+                         f"recorded guards {rec.recorded_kinds} differ from Dynamo's tree {tree}",
+                         code)
+    ir = rec.ir
+    ir.name = compile_id
+    try:
+        bound = _core.bind(ir)
+    except Exception as e:
+        return _fallback(compile_id, total, f"bind: {e}", code)
+    if not bound.interpret(f_locals):
+        return _fallback(compile_id, total,
+                         "interpreter disagrees with Dynamo on the compile-time frame locals", code)
+    native = None
+    compile_ms = 0.0
+    if config.mode == "native":
+        start = time.perf_counter()
+        try:
+            native = _core.compile(bound, config.opt_level)
+        except Exception as e:
+            return _fallback(compile_id, total, f"JIT: {e}", code)
+        compile_ms = (time.perf_counter() - start) * 1e3
+    check = _core.make_guard(bound, native)
+    if not check(f_locals):
+        return _fallback(compile_id, total,
+                         "native check disagrees with Dynamo on the compile-time frame locals", code)
+
+    python_guards = sum(n for k, n in tree.items() if k in _PYTHON_GUARDS)
+    new_root = RootGuardManager()
+    new_root.add_lambda_guard(
+        check, [f"guardjit: native check of {ir.num_guards} guards ({compile_id})"], None)
+    new_root.attach_compile_id(compile_id)
+    wrapper.dynamo_root = root
+    wrapper.__class__ = GuardJitManagerWrapper
+    wrapper.root = new_root
+
+    status = "native" if native is not None else "interpreter"
+    _counters[f"units_{status}"] += 1
+    _counters["guards_total"] += total
+    _counters["guards_native"] += total - python_guards
+    _counters["guards_python"] += python_guards
+    _counters["compile_ms_total"] += compile_ms
+    if config.keep_units:
+        _units.append(Unit(
+            name=compile_id, status=status, guards=total, python_guards=python_guards,
+            compile_ms=compile_ms, ir=ir, bound=bound, native=native, check=check,
+            dynamo_root=root, native_root=new_root, code=code,
+            f_locals=f_locals if config.keep_frame_locals else None))
+
+
+def _hook(wrapper: Any, f_locals: Any, builder: Any) -> None:
+    if _previous_hook is not None:
+        _previous_hook(wrapper, f_locals, builder)
+    if not _is_active() or isinstance(wrapper, GuardJitManagerWrapper):
+        recorder.reset()
+        return
+    try:
+        with _lock:
+            _convert(wrapper, f_locals, getattr(builder, "f_code", None))
+    except Exception as e:  # never break a model that works with torch.compile
+        recorder.reset()
+        _fallback(str(CompileContext.current_compile_id()), 0, f"internal error: {e!r}")
+
+
+def install_hooks() -> None:
+    """Installs the recorder and the conversion hook (idempotent)."""
+    global _previous_hook, _installed
+    if _installed:
+        return
+    recorder.install()
+    _previous_hook = dynamo_guards.guard_manager_testing_hook_fn
+    dynamo_guards.guard_manager_testing_hook_fn = _hook
+    _installed = True
+
+
+def uninstall_hooks() -> None:
+    global _installed, _previous_hook
+    if not _installed:
+        return
+    if dynamo_guards.guard_manager_testing_hook_fn is _hook:
+        dynamo_guards.guard_manager_testing_hook_fn = _previous_hook
+    _previous_hook = None
+    recorder.uninstall()
+    _installed = False
+
+
+def units() -> list[Unit]:
+    """Unit records kept while ``config.keep_units`` is on."""
+    return list(_units)
+
+
+def clear_units() -> None:
+    _units.clear()
+
+
+def stats() -> dict[str, Any]:
+    """Counters over every compile unit seen since the process started.
+
+    ``native_fraction`` is the fraction of leaf guards checked without calling
+    Python (lambda guards are called as Python); ``sets_native_fraction`` the
+    fraction of compile units whose check guardjit runs.
+    """
+    c = dict(_counters)
+    seen = c.get("units_seen", 0)
+    total = c.get("guards_total", 0)
+    converted = c.get("units_native", 0) + c.get("units_interpreter", 0)
+    return {
+        "units_seen": seen,
+        "units_native": c.get("units_native", 0),
+        "units_interpreter": c.get("units_interpreter", 0),
+        "units_dynamo": c.get("units_dynamo", 0),
+        "guards_total": total,
+        "guards_native": c.get("guards_native", 0),
+        "guards_python": c.get("guards_python", 0),
+        "native_fraction": (c.get("guards_native", 0) / total) if total else 0.0,
+        "sets_native_fraction": (converted / seen) if seen else 0.0,
+        "compile_ms_total": c.get("compile_ms_total", 0.0),
+        "fallback_reasons": dict(_reasons),
+    }
+

@@ -1,0 +1,510 @@
+"""Recorder: builds Guard IR from the calls Dynamo makes while building its tree.
+
+Dynamo (torch/_dynamo/guards.py, GuardBuilder) builds each compile unit's guard
+tree by calling methods of the pybind classes in ``torch._C._dynamo.guards``:
+accessor methods (``framelocals_manager``, ``dict_getitem_manager``,
+``get_generic_dict_manager`` ...) that return child managers, ``add_*_guard``
+methods that add leaf guards, and ``install_*_guard`` functions for relational
+guards. The recorder wraps those methods on the classes (the originals always
+run first and their results are returned unchanged) and mirrors each call into
+a :class:`guardjit._core.GuardSet`.
+
+A call the recorder cannot represent marks the recording unsupported with a
+reason; that compile unit then stays on Dynamo's own path. Recording errors are
+never raised into Dynamo.
+
+Thread safety: Dynamo compiles under its own global lock; the recorder assumes
+one compile at a time (as Dynamo does).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import threading
+from typing import Any
+
+import torch
+import torch._dynamo.guards as dynamo_guards
+from torch._C._dynamo import guards as C
+
+from guardjit import _core
+
+_GM = C.GuardManager
+_DGM = C.DictGuardManager
+_ROOT = C.RootGuardManager
+
+
+@dataclasses.dataclass
+class Recording:
+    """The Guard IR recorded for one RootGuardManager."""
+
+    root: Any  # the pybind RootGuardManager (kept alive while recording)
+    ir: Any  # _core.GuardSet
+    # id(manager) -> (manager, value id, example value); holding the manager
+    # keeps pybind returning the same wrapper for the same C++ node.
+    nodes: dict[int, tuple[Any, int, Any]] = dataclasses.field(default_factory=dict)
+    # Objects whose addresses the IR holds, kept alive until the set is bound.
+    keep: list[Any] = dataclasses.field(default_factory=list)
+    # (kind, id(obj)) -> object table id
+    objects: dict[tuple[str, int], int] = dataclasses.field(default_factory=dict)
+    # (value id, guard kind) pairs Dynamo de-duplicates (SKIP_IF_GUARD_ALREADY_PRESENT)
+    present: set[tuple[int, str]] = dataclasses.field(default_factory=set)
+    unsupported: list[str] = dataclasses.field(default_factory=list)
+    # Leaf guards per Dynamo guard kind, for the cross-check against the tree.
+    recorded_kinds: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def object_id(self, kind: str, obj: Any, strong: bool) -> int:
+        key = (kind, id(obj))
+        oid = self.objects.get(key)
+        if oid is None:
+            try:
+                text = repr(obj)
+            except Exception:  # a user __repr__ may raise
+                text = f"<{type(obj).__name__} object>"
+            if len(text) > 200:
+                text = text[:197] + "..."
+            oid = self.ir.add_object(kind, obj, strong, text)
+            self.objects[key] = oid
+            self.keep.append(obj)
+        return oid
+
+    def fail(self, reason: str) -> None:
+        if reason not in self.unsupported:
+            self.unsupported.append(reason)
+
+
+class _State(threading.local):
+    def __init__(self) -> None:
+        self.recordings: dict[int, Recording] = {}  # id(root) -> Recording
+        self.owner: dict[int, Recording] = {}  # id(manager) -> Recording
+
+
+_state = _State()
+_installed = False
+_originals: list[tuple[Any, str, Any]] = []
+
+
+def reset() -> None:
+    """Drops every recording in progress (releases the managers they hold)."""
+    _state.recordings.clear()
+    _state.owner.clear()
+
+
+def take(root: Any) -> Recording | None:
+    """Removes and returns the recording of ``root`` (a RootGuardManager)."""
+    rec = _state.recordings.pop(id(root), None)
+    if rec is not None and rec.root is not root:
+        return None
+    return rec
+
+
+def _recording_for(mgr: Any) -> Recording | None:
+    rec = _state.owner.get(id(mgr))
+    if rec is not None:
+        return rec
+    if isinstance(mgr, _ROOT):
+        rec = Recording(root=mgr, ir=_core.GuardSet("unit"))
+        rec.nodes[id(mgr)] = (mgr, 0, None)
+        _state.recordings[id(mgr)] = rec
+        _state.owner[id(mgr)] = rec
+        return rec
+    return None
+
+
+def _node(rec: Recording, mgr: Any) -> tuple[int, Any]:
+    entry = rec.nodes.get(id(mgr))
+    if entry is None:
+        raise LookupError("guard manager not created through a recorded accessor")
+    return entry[1], entry[2]
+
+
+def _user_loc(user_stack: Any) -> tuple[str, int]:
+    try:
+        if user_stack:
+            frame = user_stack[-1]
+            return str(frame.filename), int(frame.lineno or 0)
+    except Exception:
+        pass
+    return "", 0
+
+
+def _first(parts: Any) -> str:
+    try:
+        return str(parts[0]) if parts else ""
+    except Exception:
+        return ""
+
+
+# --- accessors ---------------------------------------------------------------
+
+# method name -> (IR accessor, parameter names in pybind order)
+_ACCESSORS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "framelocals_manager": ("frame_local", ("key", "source", "example_value", "guard_manager_enum")),
+    "globals_dict_manager": ("globals", ("f_globals", "source", "example_value", "guard_manager_enum")),
+    "dict_getitem_manager": ("dict_get_item", ("key", "source", "example_value", "guard_manager_enum")),
+    "get_generic_dict_manager": ("generic_dict", ("source", "example_value", "guard_manager_enum")),
+    "getattr_manager": ("getattr", ("attr", "source", "example_value", "guard_manager_enum")),
+    "generic_getattr_manager": ("generic_getattr", ("attr", "source", "example_value", "guard_manager_enum")),
+    "code_manager": ("code", ("source", "example_value", "guard_manager_enum")),
+    "type_manager": ("type", ("source", "example_value", "guard_manager_enum")),
+    "tuple_getitem_manager": ("tuple_get_item", ("index", "source", "example_value", "guard_manager_enum")),
+    "list_getitem_manager": ("list_get_item", ("index", "source", "example_value", "guard_manager_enum")),
+    "getitem_manager": ("get_item", ("key", "source", "example_value", "guard_manager_enum")),
+    "get_key_manager": ("dict_key", ("index", "source", "example_value", "guard_manager_enum")),
+    "get_value_manager": ("dict_value", ("index", "source", "example_value", "guard_manager_enum")),
+}
+
+
+def _bind_args(names: tuple[str, ...], args: tuple, kwargs: dict) -> dict[str, Any]:
+    bound = dict(zip(names, args))
+    bound.update(kwargs)
+    return bound
+
+
+def _on_accessor(method: str, mgr: Any, child: Any, args: tuple, kwargs: dict) -> None:
+    rec = _recording_for(mgr)
+    if rec is None:
+        return
+    if id(child) in rec.nodes:
+        return  # Dynamo returned an existing child manager: already recorded
+    kind, names = _ACCESSORS[method]
+    a = _bind_args(names, args, kwargs)
+    parent, parent_example = _node(rec, mgr)
+    if isinstance(mgr, _DGM) and not parent_example:
+        rec.fail("guards under an empty DictGuardManager are not supported yet")
+    source = str(a.get("source", ""))
+    example = a.get("example_value")
+    name, index, key = "", -1, -1
+    if kind == "frame_local":
+        local_name, index = a["key"]
+        name = str(local_name)
+        key = rec.object_id("key", name, True)
+    elif kind == "globals":
+        key = rec.object_id("dict", a["f_globals"], True)
+    elif kind in ("dict_get_item", "get_item"):
+        k = a["key"]
+        key = rec.object_id("key", k, True)
+        name = k if isinstance(k, str) else ""
+    elif kind in ("getattr", "generic_getattr"):
+        name = str(a["attr"])
+        key = rec.object_id("key", a["attr"], True)
+    elif kind in ("tuple_get_item", "list_get_item", "dict_key", "dict_value"):
+        index = int(a["index"])
+    vid = rec.ir.add_value(kind, parent, source, name, index, key)
+    rec.nodes[id(child)] = (child, vid, example)
+    _state.owner[id(child)] = rec
+    if isinstance(child, _DGM):
+        # DictGuardManager itself checks the exact type and the size of the
+        # dict before its key/value managers (DictGuardManager::check_nopybind).
+        rec.ir.add_guard("type_match", [vid], object=rec.object_id("type", type(example), False),
+                         source=source, verbose=f"DictGuardManager: type({source}) is dict")
+        rec.ir.add_guard("dict_length", [vid], int=len(example), source=source,
+                         verbose=f"DictGuardManager: len({source}) == {len(example)}")
+
+
+# --- leaf guards -------------------------------------------------------------
+
+def _obj_from_id(rec: Recording, vid: int, example: Any, obj_id: int, want_type: bool) -> Any:
+    candidate = type(example) if want_type else example
+    if id(candidate) == obj_id:
+        return candidate
+    raise LookupError(f"cannot recover the object of id {obj_id:#x}")
+
+
+def _add(rec: Recording, mgr: Any, kind: str, torch_kind: str, parts: Any, stack: Any,
+         dedup: bool = False, **fields: Any) -> None:
+    vid, example = _node(rec, mgr)
+    if isinstance(mgr, _DGM) and not example:
+        # An empty DictGuardManager passes after its type and size checks
+        # without running its leaves; the IR has no such short circuit yet.
+        rec.fail("guards under an empty DictGuardManager are not supported yet")
+    if dedup:
+        if (vid, torch_kind) in rec.present:
+            return
+        rec.present.add((vid, torch_kind))
+    file, line = _user_loc(stack)
+    source = rec.nodes[id(mgr)][0].get_source() if vid else "L"
+    rec.ir.add_guard(kind, [vid], source=source, file=file, line=line,
+                     verbose=_first(parts), **fields)
+    rec.recorded_kinds[torch_kind] = rec.recorded_kinds.get(torch_kind, 0) + 1
+
+
+def _leaf_type_match(rec, mgr, type_id, parts, stack):
+    if isinstance(mgr, _DGM):
+        return  # DictGuardManager ignores it: it checks the exact type itself
+    vid, example = _node(rec, mgr)
+    t = _obj_from_id(rec, vid, example, type_id, True)
+    _add(rec, mgr, "type_match", "TYPE_MATCH", parts, stack, dedup=True,
+         object=rec.object_id("type", t, False))
+
+
+def _leaf_id_match(rec, mgr, obj_id, parts, stack):
+    vid, example = _node(rec, mgr)
+    o = _obj_from_id(rec, vid, example, obj_id, False)
+    _add(rec, mgr, "id_match", "ID_MATCH", parts, stack, dedup=True,
+         object=rec.object_id("object", o, False))
+
+
+def _leaf_equals_match(rec, mgr, value, parts, stack):
+    # EQUALS_MATCH keeps the object it is given (GuardBuilder already passes a
+    # deep copy of list/set constants).
+    _add(rec, mgr, "equals_match", "EQUALS_MATCH", parts, stack, dedup=True,
+         object=rec.object_id("constant", value, True))
+
+
+def _simple(kind: str, torch_kind: str, dedup: bool = False):
+    def leaf(rec, mgr, parts, stack):
+        _add(rec, mgr, kind, torch_kind, parts, stack, dedup=dedup)
+    return leaf
+
+
+def _leaf_length(kind: str, torch_kind: str):
+    def leaf(rec, mgr, length, parts, stack):
+        if kind == "dict_length" and isinstance(mgr, _DGM):
+            return  # DictGuardManager ignores it: it checks the size itself
+        _add(rec, mgr, kind, torch_kind, parts, stack, dedup=True, int=int(length))
+    return leaf
+
+
+def _leaf_dict_contains(rec, mgr, contains, key, parts, stack):
+    _add(rec, mgr, "dict_contains", "DICT_CONTAINS", parts, stack,
+         object=rec.object_id("key", key, True), int=1 if contains else 0)
+
+
+def _leaf_no_hasattr(rec, mgr, attr, parts, stack):
+    _add(rec, mgr, "no_hasattr", "NO_HASATTR", parts, stack,
+         object=rec.object_id("key", attr, True))
+
+
+def _leaf_lambda(rec, mgr, fn, parts, stack):
+    _add(rec, mgr, "lambda", "LAMBDA_GUARD", parts, stack,
+         object=rec.object_id("callable", fn, True))
+
+
+def _leaf_global_state(rec, mgr, state, parts, stack):
+    _add(rec, mgr, "global_state", "GLOBAL_STATE", parts, stack, dedup=True,
+         str=state.__getstate__(), object=rec.object_id("state", state, True))
+
+
+def _leaf_torch_function_mode_stack(rec, mgr, modes, parts, stack):
+    types = tuple(type(m) for m in modes)
+    _add(rec, mgr, "torch_function_mode_stack", "TORCH_FUNCTION_MODE_STACK", parts, stack,
+         dedup=True, object=rec.object_id("constant", types, True))
+
+
+def _leaf_default_device(rec, mgr, parts, stack):
+    import torch.utils._device as utils_device
+
+    _add(rec, mgr, "default_device", "DEFAULT_DEVICE", parts, stack, dedup=True,
+         object=rec.object_id("constant", utils_device.CURRENT_DEVICE, True),
+         aux=rec.object_id("dict", utils_device.__dict__, True))
+
+
+def _python_keys() -> int:
+    ks = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
+    for k in (torch._C.DispatchKey.PythonTLSSnapshot, torch._C.DispatchKey.PythonDispatcher):
+        ks = ks.add(k)
+    return ks.raw_repr()
+
+
+def _leaf_tensor_match(rec, mgr, value, sizes, strides, name, parts, stack, pytype, keys):
+    # TensorCheck stores LocalState.apply(keys) at construction:
+    # ((keys | tls_included) - tls_excluded) - {Python keys} (torch 2.13
+    # masks the Python keys unless a mode without ignore_compile_internals is
+    # active, a thread-local torch does not expose; guardjit assumes the mask).
+    inc = torch._C._dispatch_tls_local_include_set().raw_repr()
+    exc = torch._C._dispatch_tls_local_exclude_set().raw_repr()
+    applied = (keys.raw_repr() | inc) & ~exc & ~_python_keys() & 0xFFFFFFFFFFFFFFFF
+    # An empty list means "the tensor's own sizes/strides" (pyListToVecOptInt).
+    sizes = list(sizes) if len(sizes) or value.dim() == 0 else list(value.shape)
+    strides = list(strides) if len(strides) or value.dim() == 0 else list(value.stride())
+    spec = rec.ir.add_tensor_spec(value, rec.object_id("type", pytype, False), applied,
+                                  sizes, strides)
+    _add(rec, mgr, "tensor_match", "TENSOR_MATCH", parts, stack, dedup=True, tensor=spec,
+         parameter=isinstance(value, torch.nn.Parameter))
+
+
+def _leaf_dimension_marking(rec, mgr, *args):
+    rec.fail("DIMENSION_MARKING is not supported yet")
+
+
+def _leaf_epilogue_lambda(rec, mgr, fn, parts, stack):
+    _add(rec, mgr, "epilogue_lambda", "LAMBDA_GUARD", parts, stack,
+         object=rec.object_id("callable", fn, True))
+
+
+_LEAVES: dict[str, Any] = {
+    "add_type_match_guard": _leaf_type_match,
+    "add_id_match_guard": _leaf_id_match,
+    "add_equals_match_guard": _leaf_equals_match,
+    "add_none_match_guard": _simple("none_match", "NONE_MATCH", dedup=True),
+    "add_true_match_guard": _simple("true_match", "TRUE_MATCH", dedup=True),
+    "add_false_match_guard": _simple("false_match", "FALSE_MATCH", dedup=True),
+    "add_not_none_guard": _simple("not_none", "NOT_NONE", dedup=True),
+    "add_length_check_guard": _leaf_length("length_check", "LENGTH_CHECK"),
+    "add_dict_length_check_guard": _leaf_length("dict_length", "DICT_LENGTH"),
+    "add_dict_contains_guard": _leaf_dict_contains,
+    "add_no_hasattr_guard": _leaf_no_hasattr,
+    "add_lambda_guard": _leaf_lambda,
+    "add_global_state_guard": _leaf_global_state,
+    "add_torch_function_mode_stack_guard": _leaf_torch_function_mode_stack,
+    "add_default_device_guard": _leaf_default_device,
+    "add_tensor_match_guard": _leaf_tensor_match,
+    "add_dimension_marking_guard": _leaf_dimension_marking,
+    "add_epilogue_lambda_guard": _leaf_epilogue_lambda,
+}
+
+
+def _on_unknown(method: str, mgr: Any) -> None:
+    rec = _recording_for(mgr)
+    if rec is not None:
+        rec.fail(f"{method} is not supported yet")
+
+
+def _on_no_tensor_aliasing(managers: Any, names: Any, parts: Any, stack: Any) -> None:
+    recs = {id(r): r for r in (_state.owner.get(id(m)) for m in managers) if r is not None}
+    if len(recs) != 1:
+        return
+    rec = next(iter(recs.values()))
+    operands = [_node(rec, m)[0] for m in managers]
+    file, line = _user_loc(stack)
+    rec.ir.add_guard("no_tensor_aliasing", operands, source=", ".join(map(str, names)),
+                     file=file, line=line, verbose=_first(parts))
+    rec.recorded_kinds["NO_TENSOR_ALIASING"] = rec.recorded_kinds.get("NO_TENSOR_ALIASING", 0) + 1
+
+
+def _on_unsupported_install(name: str, *managers_lists: Any) -> None:
+    for group in managers_lists:
+        items = group if isinstance(group, (list, tuple)) else [group]
+        for m in items:
+            rec = _state.owner.get(id(m))
+            if rec is not None:
+                rec.fail(f"{name} is not supported yet")
+
+
+# --- installation ------------------------------------------------------------
+
+def _wrap_method(cls: type, name: str, on_call: Any) -> None:
+    orig = cls.__dict__[name]
+
+    @functools.wraps(orig)
+    def wrapper(self, *args, **kwargs):
+        result = orig(self, *args, **kwargs)
+        try:
+            on_call(self, result, args, kwargs)
+        except Exception as e:  # never break Dynamo: this unit stays on its path
+            rec = _state.owner.get(id(self))
+            if rec is not None:
+                rec.fail(f"{name}: {type(e).__name__}: {e}")
+        return result
+
+    _originals.append((cls, name, orig))
+    setattr(cls, name, wrapper)
+
+
+def _accessor_hook(name: str):
+    return lambda self, child, args, kwargs: _on_accessor(name, self, child, args, kwargs)
+
+
+def _leaf_hook(name: str):
+    fn = _LEAVES[name]
+
+    def on_call(self, _result, args, kwargs):
+        rec = _recording_for(self)
+        if rec is not None:
+            fn(rec, self, *args, *kwargs.values())
+    return on_call
+
+
+def _unknown_hook(name: str):
+    return lambda self, _result, args, kwargs: _on_unknown(name, self)
+
+
+_QUERY_METHODS = {
+    "fail_count", "get_accessors", "get_child_managers", "get_leaf_guards", "get_source",
+    "get_type_of_guarded_value", "has_no_accessors", "has_object_aliasing_guard",
+    "is_guarded_value_immutable", "is_recursive_dict_tag_matching_disabled", "is_tag_safe",
+    "is_tag_safe_root", "mark_tag_safe", "mark_tag_safe_root", "get_key_value_managers",
+    "check", "check_verbose", "attach_compile_id", "clone_manager", "get_epilogue_lambda_guards",
+}
+
+
+def install() -> None:
+    """Wraps Dynamo's guard-building methods (idempotent)."""
+    global _installed
+    if _installed:
+        return
+    for cls in (_GM, _DGM, _ROOT):
+        for name in list(cls.__dict__):
+            if name.startswith("_") or name in _QUERY_METHODS:
+                continue
+            if name in _ACCESSORS:
+                _wrap_method(cls, name, _accessor_hook(name))
+            elif name in _LEAVES:
+                _wrap_method(cls, name, _leaf_hook(name))
+            elif name.endswith("_manager") or name.startswith("add_"):
+                _wrap_method(cls, name, _unknown_hook(name))
+
+    def wrap_install(name: str, on_call: Any) -> None:
+        orig = getattr(dynamo_guards, name)
+
+        @functools.wraps(orig)
+        def wrapper(*args, **kwargs):
+            result = orig(*args, **kwargs)
+            try:
+                on_call(*args, **kwargs)
+            except Exception:
+                _on_unsupported_install(name, *args[:2])
+            return result
+
+        _originals.append((dynamo_guards, name, orig))
+        setattr(dynamo_guards, name, wrapper)
+
+    wrap_install("install_no_tensor_aliasing_guard", _on_no_tensor_aliasing)
+    for name in ("install_object_aliasing_guard", "install_storage_overlapping_guard",
+                 "install_symbolic_shape_guard"):
+        wrap_install(name, functools.partial(_on_unsupported_install, name))
+    _installed = True
+
+
+def uninstall() -> None:
+    """Restores Dynamo's original methods."""
+    global _installed
+    while _originals:
+        owner, name, orig = _originals.pop()
+        setattr(owner, name, orig)
+    reset()
+    _installed = False
+
+
+def count_tree_guards(root: Any) -> dict[str, int]:
+    """Leaf guards per kind in Dynamo's finished tree (relational ones once).
+
+    The recorder's result is trusted only if it has exactly these counts.
+    """
+    counts: dict[str, int] = {}
+    seen: dict[int, Any] = {}
+
+    def visit(mgr: Any) -> None:
+        for guard in mgr.get_leaf_guards():
+            kind = type(guard).__name__
+            if isinstance(guard, C.RelationalGuard):
+                if id(guard) in seen:
+                    continue
+                seen[id(guard)] = guard
+            counts[kind] = counts.get(kind, 0) + 1
+        if isinstance(mgr, _DGM):
+            for _idx, (k, v) in sorted(mgr.get_key_value_managers().items()):
+                if k is not None:
+                    visit(k)
+                if v is not None:
+                    visit(v)
+        for child in mgr.get_child_managers():
+            visit(child)
+
+    visit(root)
+    for _guard in root.get_epilogue_lambda_guards():
+        counts["LAMBDA_GUARD"] = counts.get("LAMBDA_GUARD", 0) + 1
+    return counts
+

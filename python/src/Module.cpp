@@ -1,0 +1,313 @@
+//===- Module.cpp - guardjit._core pybind11 bindings ----------------------===//
+//
+// Thin bindings: the recorder builds Guard IR through GuardSet, binds it to
+// live objects, and either interprets it or compiles it with the process-wide
+// GuardJIT engine. Errors from the C++ layers become Python exceptions with
+// their message.
+//
+//===----------------------------------------------------------------------===//
+#include "NativeGuard.h"
+#include "TensorFields.h"
+
+#include "guardjit/IR/GuardSet.h"
+#include "guardjit/IR/Printer.h"
+#include "guardjit/JIT/Engine.h"
+#include "guardjit/Runtime/BoundGuardSet.h"
+#include "guardjit/Runtime/Interpreter.h"
+#include "guardjit/TorchRuntime/TorchRuntime.h"
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <mutex>
+
+namespace py = pybind11;
+using namespace guardjit;
+
+namespace {
+
+ObjectKind parseObjectKind(const std::string &S) {
+  static const std::pair<const char *, ObjectKind> Kinds[] = {
+      {"type", ObjectKind::Type},         {"object", ObjectKind::Object},
+      {"constant", ObjectKind::Constant}, {"callable", ObjectKind::Callable},
+      {"dict", ObjectKind::Dict},         {"key", ObjectKind::Key},
+      {"state", ObjectKind::State}};
+  for (const auto &[Name, Kind] : Kinds)
+    if (S == Name)
+      return Kind;
+  throw py::value_error("unknown object kind '" + S + "'");
+}
+
+uint32_t optId(int64_t Id) {
+  return Id < 0 ? InvalidId : static_cast<uint32_t>(Id);
+}
+
+std::vector<std::optional<int64_t>> toDims(const py::list &L) {
+  std::vector<std::optional<int64_t>> Dims;
+  for (py::handle H : L) {
+    if (H.is_none())
+      Dims.push_back(std::nullopt);
+    else
+      Dims.push_back(py::cast<int64_t>(H));
+  }
+  return Dims;
+}
+
+/// The process-wide engine. Deliberately leaked: compiled checks may be
+/// released during interpreter shutdown, after static destructors would run.
+GuardJIT &engine(OptLevel Level) {
+  static GuardJIT *Engines[3] = {nullptr, nullptr, nullptr};
+  static std::mutex Lock;
+  std::lock_guard<std::mutex> Guard(Lock);
+  GuardJIT *&E = Engines[static_cast<int>(Level)];
+  if (!E) {
+    JITOptions Opts;
+    Opts.Level = Level;
+    auto J = GuardJIT::create(Opts);
+    if (!J)
+      throw std::runtime_error("guardjit: cannot create the LLVM JIT: " +
+                               llvm::toString(J.takeError()));
+    E = J->release();
+  }
+  return *E;
+}
+
+OptLevel parseOptLevel(const std::string &S) {
+  if (S == "O0")
+    return OptLevel::O0;
+  if (S == "light")
+    return OptLevel::Light;
+  if (S == "O2")
+    return OptLevel::O2;
+  throw py::value_error("opt level must be 'O0', 'light' or 'O2', not '" + S +
+                        "'");
+}
+
+} // namespace
+
+PYBIND11_MODULE(_core, M) {
+  M.doc() = "guardjit native core: Guard IR, interpreter and LLVM ORC JIT.";
+
+  // torch must be imported first (guardjit/__init__.py does).
+  installTorchRuntime();
+
+  py::class_<GuardSet, std::shared_ptr<GuardSet>>(M, "GuardSet",
+                                                  "Guard IR of one compile unit.")
+      .def(py::init<std::string>(), py::arg("name") = "unit")
+      .def_property("name", &GuardSet::name, &GuardSet::setName)
+      .def(
+          "add_object",
+          [](GuardSet &S, const std::string &Kind, py::handle Obj, bool Strong,
+             const std::string &Repr) {
+            // The address is a borrowed PyObject*; the caller keeps `Obj`
+            // alive until the set is bound (bind() takes strong references).
+            return S.addObject({parseObjectKind(Kind), Repr, Strong,
+                                reinterpret_cast<uintptr_t>(Obj.ptr())});
+          },
+          py::arg("kind"), py::arg("obj"), py::arg("strong"), py::arg("repr"),
+          "Adds an object table entry for `obj`; returns its id.")
+      .def(
+          "add_value",
+          [](GuardSet &S, const std::string &Kind, uint32_t Parent,
+             const std::string &Source, const std::string &Name, int64_t Index,
+             int64_t Key) {
+            auto K = parseAccessorKind(Kind);
+            if (!K || *K == AccessorKind::Root)
+              throw py::value_error("unknown accessor '" + Kind + "'");
+            if (Parent >= S.values().size())
+              throw py::value_error("undefined parent value %" +
+                                    std::to_string(Parent));
+            Value V;
+            V.Kind = *K;
+            V.Parent = Parent;
+            V.Source = Source;
+            V.Name = Name;
+            V.Index = Index;
+            V.Key = optId(Key);
+            return S.addValue(std::move(V));
+          },
+          py::arg("kind"), py::arg("parent"), py::arg("source"),
+          py::arg("name") = "", py::arg("index") = -1, py::arg("key") = -1)
+      .def(
+          "add_tensor_spec",
+          [](GuardSet &S, py::handle Tensor, int64_t PyType, uint64_t Keys,
+             const py::list &Sizes, const py::list &Strides) {
+            TensorFields F;
+            if (!readTensorFields(Tensor.ptr(), &F))
+              throw py::type_error("TENSOR_MATCH value is not a torch.Tensor");
+            TensorSpec T;
+            T.PyType = optId(PyType);
+            T.DispatchKeys = Keys;
+            T.DType = F.DType;
+            T.DeviceIndex = F.DeviceIndex;
+            T.RequiresGrad = F.RequiresGrad;
+            T.Sizes = toDims(Sizes);
+            T.Strides = toDims(Strides);
+            return S.addTensorSpec(std::move(T));
+          },
+          py::arg("tensor"), py::arg("pytype"), py::arg("dispatch_keys"),
+          py::arg("sizes"), py::arg("strides"),
+          "Adds TENSOR_MATCH parameters read from the example tensor the way "
+          "torch's TensorCheck constructor reads them. `dispatch_keys` is "
+          "LocalState.apply(keys).raw_repr() at compile time.")
+      .def(
+          "add_guard",
+          [](GuardSet &S, const std::string &Kind,
+             const std::vector<uint32_t> &Operands, int64_t Object, int64_t Aux,
+             int64_t Int, const std::string &Str, int64_t Tensor,
+             const std::string &Source, bool IsGlobal, bool NNModule,
+             bool BuiltinNNModule, bool Parameter, const std::string &File,
+             uint32_t Line, const std::string &Verbose) {
+            auto K = parseGuardKind(Kind);
+            if (!K)
+              throw py::value_error("unknown guard kind '" + Kind + "'");
+            for (uint32_t Op : Operands)
+              if (Op >= S.values().size())
+                throw py::value_error("undefined operand %" +
+                                      std::to_string(Op));
+            if (Object >= static_cast<int64_t>(S.objects().size()) ||
+                Aux >= static_cast<int64_t>(S.objects().size()))
+              throw py::value_error("undefined object");
+            if (Tensor >= static_cast<int64_t>(S.tensorSpecs().size()))
+              throw py::value_error("undefined tensor spec");
+            Guard G;
+            G.Kind = *K;
+            G.Operands = Operands;
+            G.Object = optId(Object);
+            G.Aux = optId(Aux);
+            G.Int = Int;
+            G.Str = Str;
+            G.Tensor = optId(Tensor);
+            G.Attrs.Source = Source;
+            G.Attrs.IsGlobal = IsGlobal;
+            G.Attrs.FromNNModule = NNModule;
+            G.Attrs.FromBuiltinNNModule = BuiltinNNModule;
+            G.Attrs.IsParameter = Parameter;
+            G.Attrs.Loc = {File, Line};
+            G.Attrs.VerboseCode = Verbose;
+            S.addGuard(std::move(G));
+          },
+          py::arg("kind"), py::arg("operands"), py::arg("object") = -1,
+          py::arg("aux") = -1, py::arg("int") = 0, py::arg("str") = "",
+          py::arg("tensor") = -1, py::arg("source") = "",
+          py::arg("is_global") = false, py::arg("nn_module") = false,
+          py::arg("builtin_nn_module") = false, py::arg("parameter") = false,
+          py::arg("file") = "", py::arg("line") = 0, py::arg("verbose") = "")
+      .def_property_readonly("num_guards",
+                             [](const GuardSet &S) { return S.guards().size(); })
+      .def_property_readonly("num_values",
+                             [](const GuardSet &S) { return S.values().size(); })
+      .def(
+          "count_by_kind",
+          [](const GuardSet &S) {
+            py::dict D;
+            auto Counts = S.countByKind();
+            for (size_t I = 0; I < Counts.size(); ++I)
+              if (Counts[I])
+                D[py::str(std::string(torchName(static_cast<GuardKind>(I))))] =
+                    Counts[I];
+            return D;
+          },
+          "Guards per Dynamo guard kind, e.g. {'TENSOR_MATCH': 9}.")
+      .def("print", &printGuardSet, "The .gir text of the set.");
+
+  py::class_<BoundGuardSet, std::shared_ptr<BoundGuardSet>>(
+      M, "BoundGuardSet", "A guard set bound to live objects.")
+      .def(
+          "interpret",
+          [](const BoundGuardSet &B, py::dict FrameLocals) {
+            return interpret(B, FrameLocals.ptr());
+          },
+          py::arg("f_locals"),
+          "Runs the reference interpreter over the frame locals dict.");
+
+  M.def(
+      "bind",
+      [](std::shared_ptr<GuardSet> S) {
+        std::string Error;
+        std::unique_ptr<BoundGuardSet> B = BoundGuardSet::bind(S, &Error);
+        if (!B)
+          throw py::value_error("guardjit: cannot bind guard set '" + S->name() +
+                                "': " + Error);
+        return std::shared_ptr<BoundGuardSet>(std::move(B));
+      },
+      py::arg("guard_set"),
+      "Binds a guard set to the objects whose addresses it holds. Strong "
+      "entries are kept alive by the result.");
+
+  py::class_<CompiledCheck, std::shared_ptr<CompiledCheck>>(
+      M, "CompiledCheck", "Native code of one guard set.")
+      .def_property_readonly(
+          "compile_ms",
+          [](const CompiledCheck &C) {
+            return C.stats().LowerMs + C.stats().CompileMs;
+          })
+      .def_property_readonly(
+          "stats", [](const CompiledCheck &C) {
+            const CompileStats &S = C.stats();
+            py::dict D;
+            D["lower_ms"] = S.LowerMs;
+            D["compile_ms"] = S.CompileMs;
+            D["guards"] = S.NumGuards;
+            D["inlined"] = S.NumInlined;
+            D["helpers"] = S.NumHelpers;
+            return D;
+          });
+
+  M.def(
+      "compile",
+      [](std::shared_ptr<BoundGuardSet> B, const std::string &Level) {
+        GuardJIT &J = engine(parseOptLevel(Level));
+        llvm::Expected<std::unique_ptr<CompiledCheck>> C = [&] {
+          // Compilation reads only bound addresses, never Python objects.
+          py::gil_scoped_release NoGil;
+          return J.compile(*B);
+        }();
+        if (!C)
+          throw std::runtime_error("guardjit: JIT compilation failed: " +
+                                   llvm::toString(C.takeError()));
+        return std::shared_ptr<CompiledCheck>(std::move(*C));
+      },
+      py::arg("bound"), py::arg("opt_level") = "light",
+      "Compiles a bound guard set to one native check function (milliseconds; "
+      "releases the GIL while LLVM runs).");
+
+  M.def(
+      "emit_llvm",
+      [](std::shared_ptr<BoundGuardSet> B, const std::string &Level) {
+        auto Text = engine(parseOptLevel(Level)).emitLLVM(*B);
+        if (!Text)
+          throw std::runtime_error(llvm::toString(Text.takeError()));
+        return *Text;
+      },
+      py::arg("bound"), py::arg("opt_level") = "light");
+
+  M.def(
+      "make_guard",
+      [](std::shared_ptr<BoundGuardSet> B, std::shared_ptr<CompiledCheck> C) {
+        auto T = std::make_shared<CheckTarget>();
+        T->Bound = std::move(B);
+        T->Native = std::move(C);
+        T->Fn = T->Native ? T->Native->function() : nullptr;
+        PyObject *Fn = makeNativeGuard(std::move(T));
+        if (!Fn)
+          throw py::error_already_set();
+        return py::reinterpret_steal<py::object>(Fn);
+      },
+      py::arg("bound"), py::arg("native").none(true),
+      "Returns a C-level callable `f(f_locals) -> bool` running the native "
+      "check (or the interpreter when `native` is None). It keeps the bound "
+      "set and the code alive.");
+
+  M.def(
+      "guard_counters",
+      [](py::handle Fn) {
+        auto T = nativeGuardTarget(Fn.ptr());
+        if (!T)
+          throw py::type_error("not a guardjit guard callable");
+        return py::make_tuple(T->Calls, T->Failures, T->Fn != nullptr);
+      },
+      "(calls, failures, native) of a callable made by make_guard.");
+
+  M.attr("PY_VERSION_HEX") = PY_VERSION_HEX;
+}

@@ -1,0 +1,39 @@
+//===- NativeGuard.h - The callable Dynamo's root guard invokes -*- C++ -*-===//
+//
+// A C-level callable `f(f_locals) -> bool` (a PyCFunction with METH_O) that
+// runs one compile unit's check: the native function when compiled, the
+// interpreter otherwise. It is installed as the only leaf guard of a fresh
+// RootGuardManager (a LAMBDA_GUARD), so Dynamo's cache lookup calls it with
+// the frame locals dict.
+//
+//===----------------------------------------------------------------------===//
+#ifndef GUARDJIT_PYTHON_NATIVEGUARD_H
+#define GUARDJIT_PYTHON_NATIVEGUARD_H
+
+#include "guardjit/Runtime/BoundGuardSet.h"
+#include "guardjit/Runtime/Interpreter.h"
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+namespace guardjit {
+class CompiledCheck;
+
+/// What a NativeGuard callable runs.
+struct CheckTarget {
+  std::shared_ptr<BoundGuardSet> Bound;
+  std::shared_ptr<CompiledCheck> Native; ///< null: interpreter
+  CheckFn Fn = nullptr;
+  uint64_t Calls = 0;
+  uint64_t Failures = 0;
+};
+
+/// Returns a new reference to a callable running `Target` (GIL held).
+PyObject *makeNativeGuard(std::shared_ptr<CheckTarget> Target);
+/// The target of a callable made by makeNativeGuard, or null.
+std::shared_ptr<CheckTarget> nativeGuardTarget(PyObject *Callable);
+
+} // namespace guardjit
+
+#endif // GUARDJIT_PYTHON_NATIVEGUARD_H
