@@ -325,8 +325,12 @@ def _leaf_tensor_match(rec, mgr, value, sizes, strides, name, parts, stack, pyty
          parameter=isinstance(value, torch.nn.Parameter))
 
 
-def _leaf_dimension_marking(rec, mgr, *args):
-    rec.fail("DIMENSION_MARKING is not supported yet")
+def _leaf_dimension_marking(rec, mgr, expected, absent, dependent, parts, stack):
+    # One leaf guard; its payload is the tuple (expected_attrs: dict[str, set],
+    # absent_attrs: list[str], dependent_attrs: dict[str, (value, gate)]).
+    spec = (dict(expected), list(absent), dict(dependent))
+    _add(rec, mgr, "dimension_marking", "DIMENSION_DYNAMIC_MARKING_GUARD", parts, stack,
+         object=rec.object_id("constant", spec, True))
 
 
 def _leaf_epilogue_lambda(rec, mgr, fn, parts, stack):
