@@ -6,7 +6,12 @@ message(STATUS "guardjit: LLVM ${LLVM_PACKAGE_VERSION} from ${LLVM_DIR}")
 separate_arguments(GUARDJIT_LLVM_DEFINITIONS NATIVE_COMMAND ${LLVM_DEFINITIONS})
 
 # The pyenv CPython first on PATH, not Debian's python3-dev.
-find_package(Python3 3.11 REQUIRED COMPONENTS Interpreter Development.Module Development.Embed)
+# Development.Embed only for the GoogleTest binaries, which embed CPython.
+set(_gj_py_components Interpreter Development.Module)
+if(GUARDJIT_BUILD_TESTS)
+  list(APPEND _gj_py_components Development.Embed)
+endif()
+find_package(Python3 3.11 REQUIRED COMPONENTS ${_gj_py_components})
 
 # spdlog (Debian libspdlog-dev) for logging controlled by GUARDJIT_LOGS.
 find_package(spdlog CONFIG REQUIRED)

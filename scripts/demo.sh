@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The main job: set up, then compile the built-in models with guardjit and
+# compare its guard checks with Dynamo's. Extra arguments go to
+# `python -m guardjit demo` (see --help).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+exec "${PYTHON:-python3}" -m guardjit demo "$@"

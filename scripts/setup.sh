@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs everything guardjit needs on a fresh Debian 12 machine and builds
+# the Python package. Idempotent: a second run only rebuilds what changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(llvm-19-dev llvm-19-tools libzstd-dev zlib1g-dev libgtest-dev libgmock-dev
+              libbenchmark-dev libspdlog-dev)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "==> apt: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+echo "==> pip: torch==2.13.0 and build/test tools"
+# torch is pinned: a bare "torch" would download a multi-GB CUDA build.
+"$PY" -m pip install -q --disable-pip-version-check torch==2.13.0 "scikit-build-core>=0.10" \
+  "pybind11>=3.0" ninja "cmake>=3.25" pytest hypothesis lit 2>&1 | grep -v "^WARNING" || true
+
+echo "==> building and installing guardjit (first build takes a few minutes)"
+# No build isolation: the build compiles against the installed torch's headers.
+"$PY" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps . 2>&1 \
+  | grep -v "^WARNING" || true
+"$PY" -c "import guardjit, guardjit._core; assert guardjit.enabled()" \
+  || { echo "guardjit failed to build or import" >&2; exit 1; }
