@@ -6,6 +6,24 @@
 // torch::dynamo::TensorCheck and GlobalStateGuard in
 // torch/csrc/dynamo/guards.cpp.
 //
+// What each guard needs in the IR (prepared once by BoundGuardSet::bind):
+//  - TENSOR_MATCH: Guard.Tensor indexes a TensorSpec. Spec.PyType is the
+//    exact type (a torch.Tensor subclass object in the table); Sizes and
+//    Strides have the same length (nullopt = dynamic; Dynamo's "empty list
+//    means the example tensor's own shape" must be expanded by the recorder);
+//    DispatchKeys is LocalState.apply(torch._C._dispatch_keys(x)).raw_repr()
+//    taken when Dynamo builds the guard (see LocalState in TorchHooks.h).
+//  - GLOBAL_STATE: Guard.Str is GlobalStateGuard.__getstate__() (JSON); every
+//    field of it is compared.
+//  - TORCH_FUNCTION_MODE_STACK: Guard.Object is a tuple (or list) of the
+//    expected mode *types*, bottom of the stack first: tuple(type(m) for m in
+//    initial_stack). Bind it Strong (the tuple is usually a temporary).
+//
+// LocalState note: Dynamo masks the Python dispatch keys unless a thread-local
+// flag set by TorchDispatchMode.__enter__ is true; that TLS is not exported by
+// libtorch_python, so readLocalState reads its source,
+// torch.utils._python_dispatch._is_in_any_mode_without_ignore_compile_internals.
+//
 //===----------------------------------------------------------------------===//
 #ifndef GUARDJIT_TORCHRUNTIME_TORCHRUNTIME_H
 #define GUARDJIT_TORCHRUNTIME_TORCHRUNTIME_H

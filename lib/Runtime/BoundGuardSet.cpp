@@ -1,0 +1,262 @@
+//===- BoundGuardSet.cpp - A guard set bound to live objects --------------===//
+//
+// bind() is the one place that validates a GuardSet against the live objects
+// it references, so the interpreter and the JIT can read the IR without
+// checks on the hot path: every object entry is bound, every operand and key
+// the evaluator dereferences exists and has the shape its helper expects, and
+// every torch guard has a prepared payload.
+//
+//===----------------------------------------------------------------------===//
+#include "guardjit/Runtime/BoundGuardSet.h"
+
+#include "DimensionMarking.h"
+#include "guardjit/Runtime/TorchHooks.h"
+
+#include <string>
+
+using namespace guardjit;
+
+namespace {
+
+/// Operand count a guard kind takes; -1 = any number (NO_TENSOR_ALIASING).
+int expectedOperands(GuardKind K) {
+  switch (K) {
+  case GuardKind::GlobalState:
+  case GuardKind::DefaultDevice:
+  case GuardKind::TorchFunctionModeStack:
+  case GuardKind::EpilogueLambda:
+    return 0;
+  case GuardKind::NoTensorAliasing:
+    return -1;
+  default:
+    return 1;
+  }
+}
+
+bool needsObject(GuardKind K) {
+  switch (K) {
+  case GuardKind::TypeMatch:
+  case GuardKind::IdMatch:
+  case GuardKind::EqualsMatch:
+  case GuardKind::DictContains:
+  case GuardKind::NoHasAttr:
+  case GuardKind::Lambda:
+  case GuardKind::EpilogueLambda:
+  case GuardKind::DefaultDevice:
+  case GuardKind::DimensionMarking:
+  case GuardKind::TorchFunctionModeStack:
+    return true;
+  default:
+    return false;
+  }
+}
+
+bool isTorchGuard(GuardKind K) {
+  return K == GuardKind::TensorMatch || K == GuardKind::GlobalState ||
+         K == GuardKind::TorchFunctionModeStack;
+}
+
+bool needsKey(AccessorKind K) {
+  switch (K) {
+  case AccessorKind::FrameLocal:
+  case AccessorKind::Globals:
+  case AccessorKind::DictGetItem:
+  case AccessorKind::GetAttr:
+  case AccessorKind::GenericGetAttr:
+  case AccessorKind::GetItem:
+    return true;
+  default:
+    return false;
+  }
+}
+
+/// "guard #3 (TENSOR_MATCH on L['x'])", for error messages.
+std::string describeGuard(const GuardSet &S, size_t Index) {
+  const Guard &G = S.guards()[Index];
+  std::string Source = G.Attrs.Source;
+  if (Source.empty() && !G.Operands.empty() &&
+      G.Operands.front() < S.values().size())
+    Source = S.value(G.Operands.front()).Source;
+  std::string D = "guard #" + std::to_string(Index) + " (" +
+                  std::string(torchName(G.Kind));
+  if (!Source.empty())
+    D += " on " + Source;
+  return D + ")";
+}
+
+std::string describeValue(const GuardSet &S, ValueId Id) {
+  const Value &V = S.value(Id);
+  std::string D = "value #" + std::to_string(Id) + " (" +
+                  std::string(spelling(V.Kind));
+  if (!V.Source.empty())
+    D += " " + V.Source;
+  return D + ")";
+}
+
+/// Names a user of object `Id` so an unbound entry can be traced to a source.
+std::string describeObjectUser(const GuardSet &S, ObjectId Id) {
+  for (size_t I = 0; I < S.guards().size(); ++I) {
+    const Guard &G = S.guards()[I];
+    if (G.Object == Id || G.Aux == Id)
+      return describeGuard(S, I);
+    if (G.Kind == GuardKind::TensorMatch && G.Tensor < S.tensorSpecs().size() &&
+        S.tensorSpec(G.Tensor).PyType == Id)
+      return describeGuard(S, I);
+  }
+  for (ValueId V = 0; V < S.values().size(); ++V)
+    if (S.value(V).Key == Id)
+      return describeValue(S, V);
+  return "no guard";
+}
+
+} // namespace
+
+BoundGuardSet::BoundGuardSet(std::shared_ptr<const GuardSet> Set)
+    : Set(std::move(Set)) {}
+
+BoundGuardSet::~BoundGuardSet() {
+  const TorchHooks *Hooks = torchHooks();
+  const std::vector<Guard> &Guards = Set->guards();
+  for (size_t I = Payloads.size(); I-- > 0;) {
+    if (!Payloads[I])
+      continue;
+    if (Guards[I].Kind == GuardKind::DimensionMarking)
+      releaseDimensionMarking(
+          static_cast<DimensionMarkingPayload *>(Payloads[I]));
+    else if (Hooks && Hooks->release)
+      Hooks->release(Guards[I], Payloads[I]);
+  }
+  // Objects is either empty (bind failed before taking references) or holds
+  // a reference for every strong entry.
+  for (size_t I = 0; I < Objects.size(); ++I)
+    if (Set->object(static_cast<ObjectId>(I)).Strong)
+      Py_DECREF(Objects[I]);
+}
+
+std::unique_ptr<BoundGuardSet>
+BoundGuardSet::bind(std::shared_ptr<const GuardSet> SetPtr,
+                    std::string *Error) {
+  auto Fail = [&](std::string Msg) -> std::unique_ptr<BoundGuardSet> {
+    if (Error)
+      *Error = std::move(Msg);
+    return nullptr;
+  };
+  if (!SetPtr)
+    return Fail("no guard set to bind");
+  const GuardSet &S = *SetPtr;
+  const size_t NumObjects = S.objects().size();
+  auto objectOk = [&](ObjectId Id) { return Id < NumObjects; };
+
+  // 1. Every object entry must be bound before any reference is taken.
+  for (ObjectId I = 0; I < NumObjects; ++I)
+    if (S.object(I).Address == 0)
+      return Fail("object #" + std::to_string(I) + " (" + S.object(I).Repr +
+                  ") is unbound; used by " + describeObjectUser(S, I));
+  auto obj = [&](ObjectId Id) {
+    return reinterpret_cast<PyObject *>(S.object(Id).Address);
+  };
+
+  // 2. Values: parents precede children; keys exist and have the right type.
+  if (S.values().empty() || S.value(0).Kind != AccessorKind::Root)
+    return Fail("value #0 must be the root");
+  for (ValueId V = 1; V < S.values().size(); ++V) {
+    const Value &Val = S.value(V);
+    if (Val.Kind == AccessorKind::Root)
+      return Fail(describeValue(S, V) + ": only value #0 may be the root");
+    if (Val.Parent >= V)
+      return Fail(describeValue(S, V) + ": parent must precede the value");
+    if (!needsKey(Val.Kind))
+      continue;
+    if (!objectOk(Val.Key))
+      return Fail(describeValue(S, V) + ": missing key object");
+    PyObject *Key = obj(Val.Key);
+    if ((Val.Kind == AccessorKind::GetAttr ||
+         Val.Kind == AccessorKind::GenericGetAttr) &&
+        !PyUnicode_Check(Key))
+      return Fail(describeValue(S, V) + ": attribute name must be a str");
+    if (Val.Kind == AccessorKind::Globals && !PyDict_Check(Key))
+      return Fail(describeValue(S, V) + ": globals key must be a dict");
+  }
+
+  // 3. Guards: operands, objects and tensor specs the evaluators read.
+  const std::vector<Guard> &Guards = S.guards();
+  for (size_t I = 0; I < Guards.size(); ++I) {
+    const Guard &G = Guards[I];
+    int NumOps = expectedOperands(G.Kind);
+    if (NumOps >= 0 && G.Operands.size() != static_cast<size_t>(NumOps))
+      return Fail(describeGuard(S, I) + ": expected " + std::to_string(NumOps) +
+                  " operand(s), got " + std::to_string(G.Operands.size()));
+    for (ValueId Op : G.Operands)
+      if (Op >= S.values().size())
+        return Fail(describeGuard(S, I) + ": operand #" + std::to_string(Op) +
+                    " is not a value");
+    if (needsObject(G.Kind) && !objectOk(G.Object))
+      return Fail(describeGuard(S, I) + ": missing object");
+    switch (G.Kind) {
+    case GuardKind::TypeMatch:
+      if (!PyType_Check(obj(G.Object)))
+        return Fail(describeGuard(S, I) + ": object must be a type");
+      break;
+    case GuardKind::NoHasAttr:
+      if (!PyUnicode_Check(obj(G.Object)))
+        return Fail(describeGuard(S, I) + ": attribute name must be a str");
+      break;
+    case GuardKind::Lambda:
+    case GuardKind::EpilogueLambda:
+      if (!PyCallable_Check(obj(G.Object)))
+        return Fail(describeGuard(S, I) + ": object must be callable");
+      break;
+    case GuardKind::DefaultDevice:
+      if (!objectOk(G.Aux) || !PyDict_Check(obj(G.Aux)))
+        return Fail(describeGuard(S, I) +
+                    ": aux must be the torch.utils._device module dict");
+      break;
+    case GuardKind::TensorMatch:
+      if (G.Tensor >= S.tensorSpecs().size())
+        return Fail(describeGuard(S, I) + ": missing tensor spec");
+      if (!objectOk(S.tensorSpec(G.Tensor).PyType) ||
+          !PyType_Check(obj(S.tensorSpec(G.Tensor).PyType)))
+        return Fail(describeGuard(S, I) + ": tensor spec needs a type object");
+      break;
+    default:
+      break;
+    }
+  }
+
+  // 4. Take the strong references. From here on the destructor undoes
+  // everything bind has done, so failures can simply return.
+  std::unique_ptr<BoundGuardSet> B(new BoundGuardSet(SetPtr));
+  B->Objects.resize(NumObjects);
+  for (ObjectId I = 0; I < NumObjects; ++I) {
+    B->Objects[I] = obj(I);
+    if (S.object(I).Strong)
+      Py_INCREF(B->Objects[I]);
+  }
+
+  // 5. Payloads.
+  B->Payloads.assign(Guards.size(), nullptr);
+  const TorchHooks *Hooks = torchHooks();
+  for (size_t I = 0; I < Guards.size(); ++I) {
+    const Guard &G = Guards[I];
+    if (G.Kind == GuardKind::TensorMatch)
+      B->NeedsLocalState = true;
+    std::string Err;
+    if (G.Kind == GuardKind::DimensionMarking) {
+      B->Payloads[I] = prepareDimensionMarking(B->Objects[G.Object], &Err);
+      if (!B->Payloads[I])
+        return Fail(describeGuard(S, I) + ": " + Err);
+      continue;
+    }
+    if (!isTorchGuard(G.Kind))
+      continue;
+    if (!Hooks || !Hooks->prepare)
+      return Fail(describeGuard(S, I) +
+                  ": no TorchHooks installed (call installTorchRuntime() "
+                  "after importing torch)");
+    B->Payloads[I] = Hooks->prepare(S, G, B->Objects.data(), &Err);
+    if (!B->Payloads[I])
+      return Fail(describeGuard(S, I) + ": " +
+                  (Err.empty() ? std::string("cannot prepare payload") : Err));
+  }
+  return B;
+}

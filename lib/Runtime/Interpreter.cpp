@@ -1,0 +1,268 @@
+//===- Interpreter.cpp - Reference evaluator of Guard IR ------------------===//
+//
+// Evaluates a bound guard set the way RootGuardManager::check_nopybind does,
+// as a conjunction: the check passes iff every value can be read and every
+// guard passes. Values are read lazily, the first time a guard needs them
+// (parents first), and the values no guard uses are read at the end: in
+// Dynamo every accessor runs, so an accessor with no guards still acts as a
+// "hasattr" check. Epilogue lambdas run last, on the frame locals dict.
+//
+// Differences from Dynamo's tree walk that never change the answer: guards
+// run in IR order rather than per manager with fail-count sorting, and no
+// dict-tag subtree skipping is done (see docs/guard-semantics.md §2).
+//
+// Per-call state lives in a thread-local frame reused across calls, so a
+// steady-state check allocates nothing. A lambda guard may re-enter the
+// interpreter (a compiled function called from Python inside a guard), so
+// frames are a stack indexed by nesting depth.
+//
+//===----------------------------------------------------------------------===//
+#include "guardjit/Runtime/Interpreter.h"
+
+#include "guardjit/Runtime/RuntimeHelpers.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+using namespace guardjit;
+
+namespace {
+
+struct EvalFrame {
+  std::vector<PyObject *> Values;
+  /// Values[I] is valid for this call iff Stamp[I] == Epoch; bumping Epoch
+  /// invalidates every value at once instead of clearing the array.
+  std::vector<uint32_t> Stamp;
+  uint32_t Epoch = 0;
+  /// Values holding a new reference, released when the call ends.
+  std::vector<ValueId> Owned;
+  /// Operand buffer for NO_TENSOR_ALIASING.
+  std::vector<PyObject *> Operands;
+
+  void begin(size_t NumValues) {
+    if (Values.size() < NumValues) {
+      Values.resize(NumValues);
+      Stamp.resize(NumValues, 0);
+    }
+    if (++Epoch == 0) { // wrapped: old stamps could alias the new epoch
+      std::fill(Stamp.begin(), Stamp.end(), 0);
+      Epoch = 1;
+    }
+    Owned.clear();
+  }
+
+  void releaseOwned() {
+    // Children may borrow from owned parents, and children have larger ids,
+    // so release in reverse order of acquisition.
+    for (size_t I = Owned.size(); I-- > 0;)
+      Py_DECREF(Values[Owned[I]]);
+    Owned.clear();
+  }
+};
+
+thread_local std::vector<std::unique_ptr<EvalFrame>> FramePool;
+thread_local size_t FrameDepth = 0;
+
+/// Claims the frame for the current nesting depth for one call.
+class FrameScope {
+public:
+  FrameScope() {
+    if (FramePool.size() <= FrameDepth)
+      FramePool.push_back(std::make_unique<EvalFrame>());
+    F = FramePool[FrameDepth++].get();
+  }
+  ~FrameScope() {
+    F->releaseOwned();
+    --FrameDepth;
+  }
+  EvalFrame &frame() { return *F; }
+
+private:
+  EvalFrame *F;
+};
+
+class Evaluator {
+public:
+  Evaluator(const BoundGuardSet &B, PyObject *FrameLocals, EvalFrame &F)
+      : S(B.set()), Objs(B.objects()), FrameLocals(FrameLocals), F(F) {}
+
+  /// Reads value `Id` (and its ancestors) if not yet read this call.
+  /// Returns nullptr when some read on the path fails.
+  PyObject *get(ValueId Id) {
+    if (F.Stamp[Id] == F.Epoch)
+      return F.Values[Id];
+    const Value &V = S.value(Id);
+    PyObject *Parent = nullptr;
+    if (V.Kind != AccessorKind::Root && V.Kind != AccessorKind::Globals) {
+      Parent = get(V.Parent);
+      if (!Parent)
+        return nullptr;
+    }
+    PyObject *X = read(V, Parent);
+    if (!X)
+      return nullptr;
+    F.Values[Id] = X;
+    F.Stamp[Id] = F.Epoch;
+    if (accessorReturnsNewRef(V.Kind))
+      F.Owned.push_back(Id);
+    return X;
+  }
+
+private:
+  PyObject *read(const Value &V, PyObject *Parent) {
+    switch (V.Kind) {
+    case AccessorKind::Root:
+      return FrameLocals;
+    case AccessorKind::FrameLocal:
+    case AccessorKind::DictGetItem:
+      return gj_rt_dict_get_item(Parent, Objs[V.Key]);
+    case AccessorKind::Globals:
+      // GlobalsGuardAccessor ignores its input: the captured f_globals.
+      return Objs[V.Key];
+    case AccessorKind::GenericDict:
+      return gj_rt_generic_dict(Parent);
+    case AccessorKind::GetAttr:
+      return gj_rt_getattr(Parent, Objs[V.Key]);
+    case AccessorKind::GenericGetAttr:
+      return gj_rt_generic_getattr(Parent, Objs[V.Key]);
+    case AccessorKind::Code:
+      return gj_rt_code(Parent);
+    case AccessorKind::Type:
+      return gj_rt_type(Parent);
+    case AccessorKind::TupleGetItem:
+      return gj_rt_tuple_get_item(Parent, V.Index);
+    case AccessorKind::ListGetItem:
+      return gj_rt_list_get_item(Parent, V.Index);
+    case AccessorKind::GetItem:
+      return gj_rt_get_item(Parent, Objs[V.Key]);
+    case AccessorKind::DictKey:
+      return gj_rt_dict_key(Parent, V.Index);
+    case AccessorKind::DictValue:
+      return gj_rt_dict_value(Parent, V.Index);
+    }
+    return nullptr;
+  }
+
+  const GuardSet &S;
+  PyObject *const *Objs;
+  PyObject *FrameLocals;
+  EvalFrame &F;
+};
+
+} // namespace
+
+bool guardjit::interpret(const BoundGuardSet &B, PyObject *FrameLocals) {
+  const GuardSet &S = B.set();
+  PyObject *const *Objs = B.objects();
+  FrameScope Scope;
+  EvalFrame &F = Scope.frame();
+  F.begin(S.values().size());
+  Evaluator E(B, FrameLocals, F);
+
+  // Dynamo refreshes the TLS dispatch state once per root check and shares
+  // the snapshot between all TENSOR_MATCH guards.
+  LocalState LS;
+  if (B.needsLocalState())
+    gj_rt_read_local_state(&LS);
+
+  const std::vector<Guard> &Guards = S.guards();
+  bool HasEpilogue = false;
+  for (size_t I = 0, N = Guards.size(); I < N; ++I) {
+    const Guard &G = Guards[I];
+    PyObject *V = nullptr;
+    if (G.Kind == GuardKind::EpilogueLambda) {
+      HasEpilogue = true;
+      continue;
+    }
+    if (G.Kind != GuardKind::NoTensorAliasing && !G.Operands.empty()) {
+      V = E.get(G.Operands.front());
+      if (!V)
+        return false;
+    }
+    bool Pass;
+    switch (G.Kind) {
+    case GuardKind::TypeMatch:
+      Pass = reinterpret_cast<PyObject *>(Py_TYPE(V)) == Objs[G.Object];
+      break;
+    case GuardKind::IdMatch:
+      Pass = V == Objs[G.Object];
+      break;
+    case GuardKind::NoneMatch:
+      Pass = V == Py_None;
+      break;
+    case GuardKind::TrueMatch:
+      Pass = V == Py_True;
+      break;
+    case GuardKind::FalseMatch:
+      Pass = V == Py_False;
+      break;
+    case GuardKind::NotNone:
+      Pass = V != Py_None;
+      break;
+    case GuardKind::EqualsMatch:
+      Pass = gj_rt_equals_match(V, Objs[G.Object]);
+      break;
+    case GuardKind::LengthCheck:
+      Pass = gj_rt_length_check(V, static_cast<Py_ssize_t>(G.Int));
+      break;
+    case GuardKind::DictLength:
+      Pass = gj_rt_dict_length(V, static_cast<Py_ssize_t>(G.Int));
+      break;
+    case GuardKind::DictContains:
+      Pass = gj_rt_dict_contains(V, Objs[G.Object], G.Int != 0);
+      break;
+    case GuardKind::NoHasAttr:
+      Pass = gj_rt_no_hasattr(V, Objs[G.Object]);
+      break;
+    case GuardKind::TensorMatch:
+      Pass = gj_rt_tensor_match(V, B.payload(I), &LS);
+      break;
+    case GuardKind::DimensionMarking:
+      Pass = gj_rt_dimension_marking(V, B.payload(I));
+      break;
+    case GuardKind::GlobalState:
+      Pass = gj_rt_global_state(B.payload(I));
+      break;
+    case GuardKind::DefaultDevice:
+      Pass = gj_rt_default_device(Objs[G.Aux], Objs[G.Object]);
+      break;
+    case GuardKind::TorchFunctionModeStack:
+      Pass = gj_rt_torch_function_mode_stack(B.payload(I));
+      break;
+    case GuardKind::NoTensorAliasing: {
+      F.Operands.clear();
+      for (ValueId Op : G.Operands) {
+        PyObject *X = E.get(Op);
+        if (!X)
+          return false;
+        F.Operands.push_back(X);
+      }
+      Pass = gj_rt_no_aliasing(F.Operands.data(), F.Operands.size());
+      break;
+    }
+    case GuardKind::Lambda:
+      Pass = gj_rt_lambda(Objs[G.Object], V);
+      break;
+    case GuardKind::EpilogueLambda:
+      Pass = true; // handled above
+      break;
+    }
+    if (!Pass)
+      return false;
+  }
+
+  // Accessors with no guard of their own must still succeed.
+  for (ValueId Id = 1, N = static_cast<ValueId>(S.values().size()); Id < N;
+       ++Id)
+    if (!E.get(Id))
+      return false;
+
+  if (HasEpilogue)
+    for (const Guard &G : Guards)
+      if (G.Kind == GuardKind::EpilogueLambda &&
+          !gj_rt_lambda(Objs[G.Object], FrameLocals))
+        return false;
+  return true;
+}

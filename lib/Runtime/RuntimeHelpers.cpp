@@ -1,0 +1,473 @@
+//===- RuntimeHelpers.cpp - Helpers shared by interpreter and JIT ---------===//
+//
+// Each helper mirrors one accessor or leaf guard of torch 2.13's
+// torch/csrc/dynamo/guards.cpp (class named in the comment), with one rule
+// added: a Python error is never left set. Where Dynamo leaves an error set
+// and still returns a result (LENGTH_CHECK, DICT_CONTAINS, LAMBDA_GUARD with
+// a raising __bool__), the helper returns Dynamo's result and clears the
+// error. See docs/guard-semantics.md for the experiments behind each rule.
+//
+//===----------------------------------------------------------------------===//
+#include "guardjit/Runtime/RuntimeHelpers.h"
+
+#include "DimensionMarking.h"
+
+#include <algorithm>
+#include <vector>
+
+using namespace guardjit;
+
+bool guardjit::accessorReturnsNewRef(AccessorKind K) {
+  switch (K) {
+  case AccessorKind::GetAttr:
+  case AccessorKind::GenericGetAttr:
+  case AccessorKind::GetItem:
+    return true;
+  case AccessorKind::Root:
+  case AccessorKind::FrameLocal:
+  case AccessorKind::Globals:
+  case AccessorKind::DictGetItem:
+  case AccessorKind::GenericDict:
+  case AccessorKind::Code:
+  case AccessorKind::Type:
+  case AccessorKind::TupleGetItem:
+  case AccessorKind::ListGetItem:
+  case AccessorKind::DictKey:
+  case AccessorKind::DictValue:
+    return false;
+  }
+  return false;
+}
+
+//===----------------------------------------------------------------------===//
+// Accessors
+//===----------------------------------------------------------------------===//
+
+extern "C" PyObject *gj_rt_dict_get_item(PyObject *Dict, PyObject *Key) {
+  // DictGetItemGuardAccessor / FrameLocalsGuardAccessor (dict input): on 3.11
+  // PyDict_GetItem returns NULL for a non-dict and swallows hash/eq errors,
+  // so no error can be left set.
+  return PyDict_GetItem(Dict, Key);
+}
+
+extern "C" PyObject *gj_rt_generic_dict(PyObject *Obj) {
+  // GetGenericDictGuardAccessor: PyObject_GenericGetDict materializes a
+  // managed (3.11 values-layout) dict and stores it in the object, exactly as
+  // Dynamo's read does. The object now owns the dict, so dropping our
+  // reference leaves a borrowed pointer valid for as long as `Obj` keeps that
+  // __dict__ -- the same lifetime Dynamo relies on for PyDict_GetItem results.
+  PyObject *Dict = PyObject_GenericGetDict(Obj, nullptr);
+  if (!Dict) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  Py_DECREF(Dict);
+  return Dict;
+}
+
+extern "C" PyObject *gj_rt_getattr(PyObject *Obj, PyObject *Name) {
+  // GetAttrGuardAccessor.
+  PyObject *X = PyObject_GetAttr(Obj, Name);
+  if (!X)
+    PyErr_Clear();
+  return X;
+}
+
+extern "C" PyObject *gj_rt_generic_getattr(PyObject *Obj, PyObject *Name) {
+  // GenericGetAttrGuardAccessor. PyObject_GenericGetAttr raises TypeError for
+  // a non-str name instead of crashing.
+  PyObject *X = PyObject_GenericGetAttr(Obj, Name);
+  if (!X)
+    PyErr_Clear();
+  return X;
+}
+
+extern "C" PyObject *gj_rt_code(PyObject *Fn) {
+  // CodeGuardAccessor: unwrap bound / instance methods first.
+  PyObject *Func = Fn;
+  if (PyMethod_Check(Fn))
+    Func = PyMethod_GET_FUNCTION(Fn);
+  else if (PyInstanceMethod_Check(Fn))
+    Func = PyInstanceMethod_GET_FUNCTION(Fn);
+  // Sets SystemError (and returns NULL) for a non-function.
+  PyObject *Code = PyFunction_GetCode(Func);
+  if (!Code)
+    PyErr_Clear();
+  return Code;
+}
+
+extern "C" PyObject *gj_rt_type(PyObject *Obj) {
+  // TypeGuardAccessor: never fails.
+  return reinterpret_cast<PyObject *>(Py_TYPE(Obj));
+}
+
+extern "C" PyObject *gj_rt_tuple_get_item(PyObject *Tuple, Py_ssize_t Index) {
+  // TupleGetItemGuardAccessor: PyTuple_GetItem checks the type and the bounds
+  // (no negative-index normalisation) and reports both as errors.
+  PyObject *X = PyTuple_GetItem(Tuple, Index);
+  if (!X)
+    PyErr_Clear();
+  return X;
+}
+
+extern "C" PyObject *gj_rt_list_get_item(PyObject *List, Py_ssize_t Index) {
+  // ListGetItemGuardAccessor, same rules as the tuple accessor.
+  PyObject *X = PyList_GetItem(List, Index);
+  if (!X)
+    PyErr_Clear();
+  return X;
+}
+
+extern "C" PyObject *gj_rt_get_item(PyObject *Obj, PyObject *Key) {
+  // GetItemGuardAccessor: the full __getitem__ protocol, new reference.
+  PyObject *X = PyObject_GetItem(Obj, Key);
+  if (!X)
+    PyErr_Clear();
+  return X;
+}
+
+/// The `Index`-th live item of `Dict` in iteration (insertion) order, as
+/// DictGuardManager::check_nopybind walks it: PyDict_Next with a running
+/// ordinal, so deleted slots are skipped. Dynamo checks the exact type and the
+/// size before walking; the recorder expresses those as separate guards, so
+/// this helper only has to be safe on any input.
+static bool dictItemAt(PyObject *Dict, Py_ssize_t Index, PyObject **Key,
+                       PyObject **Value) {
+  if (!PyDict_Check(Dict) || Index < 0 || Index >= PyDict_GET_SIZE(Dict))
+    return false;
+  Py_ssize_t Pos = 0, Ordinal = 0;
+  PyObject *K, *V;
+  while (PyDict_Next(Dict, &Pos, &K, &V)) {
+    if (Ordinal++ == Index) {
+      *Key = K;
+      *Value = V;
+      return true;
+    }
+  }
+  return false;
+}
+
+extern "C" PyObject *gj_rt_dict_key(PyObject *Dict, Py_ssize_t Index) {
+  PyObject *K, *V;
+  return dictItemAt(Dict, Index, &K, &V) ? K : nullptr;
+}
+
+extern "C" PyObject *gj_rt_dict_value(PyObject *Dict, Py_ssize_t Index) {
+  PyObject *K, *V;
+  return dictItemAt(Dict, Index, &K, &V) ? V : nullptr;
+}
+
+extern "C" void gj_rt_decref(PyObject *Obj) { Py_DECREF(Obj); }
+
+//===----------------------------------------------------------------------===//
+// Leaf guards
+//===----------------------------------------------------------------------===//
+
+extern "C" int gj_rt_equals_match(PyObject *Value, PyObject *Constant) {
+  // EQUALS_MATCH: pointer fast path (constants are immutable or deep-copied
+  // by Dynamo), then the exact type, then ==. Dynamo snapshots the constant's
+  // type at construction; the bound constant is kept alive, so its type is
+  // the same object here.
+  if (Value == Constant)
+    return 1;
+  if (Py_TYPE(Value) != Py_TYPE(Constant))
+    return 0;
+  int R = PyObject_RichCompareBool(Value, Constant, Py_EQ);
+  if (R < 0) {
+    PyErr_Clear();
+    return 0;
+  }
+  return R;
+}
+
+extern "C" int gj_rt_length_check(PyObject *Value, Py_ssize_t Length) {
+  // LENGTH_CHECK: PySequence_Length(value) == n. Dynamo leaves the error of a
+  // non-sequence (e.g. a dict) set; -1 never equals a recorded length.
+  Py_ssize_t N = PySequence_Length(Value);
+  if (N < 0)
+    PyErr_Clear();
+  return N == Length;
+}
+
+extern "C" int gj_rt_dict_length(PyObject *Value, Py_ssize_t Length) {
+  // DICT_LENGTH: dict subclasses accepted.
+  return PyDict_Check(Value) && PyDict_GET_SIZE(Value) == Length;
+}
+
+extern "C" int gj_rt_dict_contains(PyObject *Dict, PyObject *Key,
+                                   int Expected) {
+  // DICT_CONTAINS: `int r = PyDict_Check(v) && PyDict_Contains(v, key);
+  // return r == contains;`. The && turns PyDict_Contains's -1 (unhashable or
+  // raising key) into 1, so an error counts as "contains"; we keep that
+  // answer and clear the error Dynamo leaves behind.
+  int R = 0;
+  if (PyDict_Check(Dict)) {
+    R = PyDict_Contains(Dict, Key);
+    if (R < 0) {
+      PyErr_Clear();
+      R = 1;
+    }
+  }
+  return R == (Expected ? 1 : 0);
+}
+
+extern "C" int gj_rt_no_hasattr(PyObject *Value, PyObject *Name) {
+  // NO_HASATTR: on 3.11 PyObject_HasAttr swallows every exception, so a
+  // raising __getattr__ counts as absent.
+  return PyObject_HasAttr(Value, Name) == 0;
+}
+
+extern "C" int gj_rt_lambda(PyObject *Fn, PyObject *Value) {
+  // LAMBDA_GUARD: a raising lambda fails. Dynamo converts PyObject_IsTrue's
+  // -1 (raising __bool__) to true and leaves the error set; we keep the
+  // answer and clear the error.
+  PyObject *X = PyObject_CallOneArg(Fn, Value);
+  if (!X) {
+    PyErr_Clear();
+    return 0;
+  }
+  int T = PyObject_IsTrue(X);
+  Py_DECREF(X);
+  if (T < 0) {
+    PyErr_Clear();
+    return 1;
+  }
+  return T;
+}
+
+extern "C" int gj_rt_default_device(PyObject *DeviceModuleDict,
+                                    PyObject *Device) {
+  // DEFAULT_DEVICE: `CURRENT_DEVICE` of torch.utils._device, by identity then
+  // ==. Interned once and leaked, as Dynamo does.
+  static PyObject *CurrentDeviceStr =
+      PyUnicode_InternFromString("CURRENT_DEVICE");
+  if (!CurrentDeviceStr) {
+    PyErr_Clear();
+    return 0;
+  }
+  PyObject *Current = PyDict_GetItem(DeviceModuleDict, CurrentDeviceStr);
+  if (Current == Device)
+    return 1;
+  // Dynamo would hand NULL to RichCompareBool (a crash); a missing
+  // CURRENT_DEVICE is a failed check here.
+  if (!Current)
+    return 0;
+  int R = PyObject_RichCompareBool(Current, Device, Py_EQ);
+  if (R < 0) {
+    PyErr_Clear();
+    return 0;
+  }
+  return R;
+}
+
+extern "C" int gj_rt_no_aliasing(PyObject *const *Objects, size_t N) {
+  // NO_TENSOR_ALIASING: identity only (views of one storage are distinct).
+  // Small sets are compared pairwise, which beats hashing below ~16 items.
+  if (N < 2)
+    return 1;
+  if (N <= 16) {
+    for (size_t I = 1; I < N; ++I)
+      for (size_t J = 0; J < I; ++J)
+        if (Objects[I] == Objects[J])
+          return 0;
+    return 1;
+  }
+  thread_local std::vector<PyObject *> Sorted;
+  Sorted.assign(Objects, Objects + N);
+  std::sort(Sorted.begin(), Sorted.end());
+  return std::adjacent_find(Sorted.begin(), Sorted.end()) == Sorted.end();
+}
+
+//===----------------------------------------------------------------------===//
+// DIMENSION_DYNAMIC_MARKING_GUARD
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// Interned attribute/method names, created on first use under the GIL and
+/// leaked (like Dynamo's static interned strings).
+struct MarkingNames {
+  PyObject *Gate = nullptr;     // "_has_dynamo_dim_marking"
+  PyObject *Issubset = nullptr; // "issubset"
+};
+} // namespace
+
+static const MarkingNames *markingNames() {
+  static MarkingNames Names = [] {
+    MarkingNames N;
+    N.Gate = PyUnicode_InternFromString("_has_dynamo_dim_marking");
+    N.Issubset = PyUnicode_InternFromString("issubset");
+    return N;
+  }();
+  if (!Names.Gate || !Names.Issubset) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  return &Names;
+}
+
+extern "C" int gj_rt_dimension_marking(PyObject *Value, const void *Payload) {
+  // The C++ source of this 2.13 guard is not available; the order of reads
+  // and every rule below were established by experiments against the 2.13
+  // wheel (attribute lookups logged through __getattribute__):
+  //   1. no `_has_dynamo_dim_marking` attribute (its value is irrelevant)
+  //      -> pass;
+  //   2. no expected and no dependent attrs -> fail (compiled unmarked);
+  //   3. each expected attr, if readable: attr.issubset(S) must be truthy;
+  //      an unreadable attr is "unspecified" and passes;
+  //   4. each absent attr must not exist (PyObject_HasAttr);
+  //   5. each dependent attr, when its gate exists:
+  //      getattr(v, name, None) == expected.
+  // Dynamo raises (TORCH_CHECK) when issubset cannot be called; that is a
+  // failed check here.
+  const auto *P = static_cast<const DimensionMarkingPayload *>(Payload);
+  const MarkingNames *Names = markingNames();
+  if (!P || !Names)
+    return 0;
+  if (!PyObject_HasAttr(Value, Names->Gate))
+    return 1;
+  if (P->ExpectedAttrs.empty() && P->DependentAttrs.empty())
+    return 0;
+
+  for (const DimensionMarkingPayload::Expected &E : P->ExpectedAttrs) {
+    PyObject *Attr = PyObject_GetAttr(Value, E.Name);
+    if (!Attr) {
+      PyErr_Clear();
+      continue;
+    }
+    PyObject *R = PyObject_CallMethodOneArg(Attr, Names->Issubset, E.Set);
+    Py_DECREF(Attr);
+    if (!R) {
+      PyErr_Clear();
+      return 0;
+    }
+    int T = PyObject_IsTrue(R);
+    Py_DECREF(R);
+    if (T < 0) {
+      // As in LAMBDA_GUARD, Dynamo's bool conversion turns -1 into true.
+      PyErr_Clear();
+      T = 1;
+    }
+    if (!T)
+      return 0;
+  }
+
+  for (PyObject *Name : P->AbsentAttrs)
+    if (PyObject_HasAttr(Value, Name))
+      return 0;
+
+  for (const DimensionMarkingPayload::Dependent &D : P->DependentAttrs) {
+    if (!PyObject_HasAttr(Value, D.Gate))
+      continue;
+    PyObject *Attr = PyObject_GetAttr(Value, D.Name);
+    if (!Attr) {
+      PyErr_Clear();
+      Attr = Py_NewRef(Py_None);
+    }
+    int R = PyObject_RichCompareBool(Attr, D.Expected, Py_EQ);
+    Py_DECREF(Attr);
+    if (R < 0) {
+      PyErr_Clear();
+      return 0;
+    }
+    if (!R)
+      return 0;
+  }
+  return 1;
+}
+
+DimensionMarkingPayload *guardjit::prepareDimensionMarking(PyObject *Spec,
+                                                           std::string *Error) {
+  auto Fail = [&](const char *Msg) -> DimensionMarkingPayload * {
+    if (Error)
+      *Error = Msg;
+    return nullptr;
+  };
+  if (!Spec || !PyTuple_Check(Spec) || PyTuple_GET_SIZE(Spec) != 3)
+    return Fail("expected a tuple (expected_attrs, absent_attrs, "
+                "dependent_attrs)");
+  PyObject *Expected = PyTuple_GET_ITEM(Spec, 0);
+  PyObject *Absent = PyTuple_GET_ITEM(Spec, 1);
+  PyObject *Dependent = PyTuple_GET_ITEM(Spec, 2);
+  if (!PyDict_Check(Expected))
+    return Fail("expected_attrs must be a dict");
+  if (!PyList_Check(Absent) && !PyTuple_Check(Absent))
+    return Fail("absent_attrs must be a list or tuple");
+  if (!PyDict_Check(Dependent))
+    return Fail("dependent_attrs must be a dict");
+
+  auto *P = new DimensionMarkingPayload();
+  Py_ssize_t Pos = 0;
+  PyObject *K, *V;
+  while (PyDict_Next(Expected, &Pos, &K, &V)) {
+    if (!PyUnicode_Check(K)) {
+      releaseDimensionMarking(P);
+      return Fail("expected_attrs keys must be str");
+    }
+    P->ExpectedAttrs.push_back({Py_NewRef(K), Py_NewRef(V)});
+  }
+  Py_ssize_t NumAbsent = PySequence_Fast_GET_SIZE(Absent);
+  for (Py_ssize_t I = 0; I < NumAbsent; ++I) {
+    PyObject *Name = PySequence_Fast_GET_ITEM(Absent, I);
+    if (!PyUnicode_Check(Name)) {
+      releaseDimensionMarking(P);
+      return Fail("absent_attrs items must be str");
+    }
+    P->AbsentAttrs.push_back(Py_NewRef(Name));
+  }
+  Pos = 0;
+  while (PyDict_Next(Dependent, &Pos, &K, &V)) {
+    if (!PyUnicode_Check(K) || !PyTuple_Check(V) || PyTuple_GET_SIZE(V) != 2 ||
+        !PyUnicode_Check(PyTuple_GET_ITEM(V, 1))) {
+      releaseDimensionMarking(P);
+      return Fail("dependent_attrs must map str to (expected, gate: str)");
+    }
+    P->DependentAttrs.push_back({Py_NewRef(K),
+                                 Py_NewRef(PyTuple_GET_ITEM(V, 0)),
+                                 Py_NewRef(PyTuple_GET_ITEM(V, 1))});
+  }
+  return P;
+}
+
+void guardjit::releaseDimensionMarking(DimensionMarkingPayload *P) {
+  if (!P)
+    return;
+  for (auto &E : P->ExpectedAttrs) {
+    Py_DECREF(E.Name);
+    Py_DECREF(E.Set);
+  }
+  for (PyObject *Name : P->AbsentAttrs)
+    Py_DECREF(Name);
+  for (auto &D : P->DependentAttrs) {
+    Py_DECREF(D.Name);
+    Py_DECREF(D.Expected);
+    Py_DECREF(D.Gate);
+  }
+  delete P;
+}
+
+//===----------------------------------------------------------------------===//
+// Torch guards: forwarded to the installed TorchHooks.
+//===----------------------------------------------------------------------===//
+
+extern "C" void gj_rt_read_local_state(LocalState *State) {
+  if (const TorchHooks *H = torchHooks())
+    H->readLocalState(State);
+  else
+    *State = LocalState();
+}
+
+extern "C" int gj_rt_tensor_match(PyObject *Value, const void *Payload,
+                                  const LocalState *State) {
+  const TorchHooks *H = torchHooks();
+  return H && Payload ? H->tensorMatch(Value, Payload, State) : 0;
+}
+
+extern "C" int gj_rt_global_state(const void *Payload) {
+  const TorchHooks *H = torchHooks();
+  return H && Payload ? H->globalState(Payload) : 0;
+}
+
+extern "C" int gj_rt_torch_function_mode_stack(const void *Payload) {
+  const TorchHooks *H = torchHooks();
+  return H && Payload ? H->torchFunctionModeStack(Payload) : 0;
+}

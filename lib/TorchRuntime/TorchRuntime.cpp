@@ -1,0 +1,485 @@
+//===- TorchRuntime.cpp - TorchHooks implemented against ATen -------------===//
+//
+// The ATen-backed TorchHooks table. Each check mirrors torch 2.13's
+// torch/csrc/dynamo/guards.cpp (TensorCheck::check, GlobalStateGuard::check,
+// TORCH_FUNCTION_MODE_STACK) and torch/csrc/dynamo/guards.h (LocalState);
+// docs/guard-semantics.md §5–§6 records the 2.13 experiments behind them.
+//
+// No exception leaves this file: every ATen call that can throw is inside a
+// try block whose failure is a failed check (or a failed prepare).
+//
+//===----------------------------------------------------------------------===//
+#include "guardjit/TorchRuntime/TorchRuntime.h"
+
+// First, so CPython is configured our way (PY_SSIZE_T_CLEAN) before the
+// torch headers include it.
+#include "guardjit/Runtime/Python.h"
+
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+#include <ATen/PythonTorchFunctionTLS.h>
+#include <ATen/autocast_mode.h>
+#include <c10/core/DefaultDtype.h>
+#include <c10/core/GradMode.h>
+#include <c10/core/SafePyObject.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/csrc/PyInterpreter.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include "guardjit/IR/GuardSet.h"
+#include "guardjit/Runtime/TorchHooks.h"
+
+#include <array>
+#include <optional>
+#include <string>
+#include <vector>
+
+using namespace guardjit;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// LocalState
+//===----------------------------------------------------------------------===//
+
+/// `torch.utils._python_dispatch.__dict__` and the interned name of its
+/// `_is_in_any_mode_without_ignore_compile_internals` flag. Dynamo reads a
+/// thread_local copy of that flag that libtorch_python does not export; the
+/// Python global is what every TorchDispatchMode.__enter__/__exit__ writes it
+/// from, so it is equal to the TLS on the thread that entered the mode.
+PyObject *PythonDispatchDict = nullptr;
+PyObject *InModeFlagName = nullptr;
+
+bool shouldMaskPythonKeys() {
+  if (!PythonDispatchDict)
+    return true; // the flag's default is false, i.e. mask
+  PyObject *InMode = PyDict_GetItem(PythonDispatchDict, InModeFlagName);
+  return InMode != Py_True;
+}
+
+/// torch::dynamo::LocalState::apply(ks) is
+///   ((ks | included) - excluded) - {Python, PythonTLSSnapshot,
+///                                    PythonDispatcher}   [if masking]
+/// where DispatchKeySet's `-` removes functionality bits only and keeps the
+/// backend bits. Both subtractions are folded into one mask, so the check is
+/// apply(ks) = (ks | Included) & ~Excluded as TorchHooks.h states.
+void readLocalState(LocalState *State) {
+  c10::impl::LocalDispatchKeySet Local = c10::impl::tls_local_dispatch_key_set();
+  c10::DispatchKeySet Keep =
+      c10::DispatchKeySet(c10::DispatchKeySet::RAW, ~uint64_t(0)) -
+      Local.excluded_;
+  if (shouldMaskPythonKeys())
+    Keep = Keep - c10::DispatchKeySet({c10::DispatchKey::Python,
+                                       c10::DispatchKey::PythonTLSSnapshot,
+                                       c10::DispatchKey::PythonDispatcher});
+  State->Included = Local.included_.raw_repr();
+  State->Excluded = ~Keep.raw_repr();
+}
+
+//===----------------------------------------------------------------------===//
+// TENSOR_MATCH
+//===----------------------------------------------------------------------===//
+
+struct TensorPayload {
+  PyTypeObject *PyType; ///< borrowed from the bound object table
+  uint64_t DispatchKeys;
+  c10::ScalarType DType;
+  c10::DeviceIndex DeviceIndex;
+  bool RequiresGrad;
+  std::vector<std::optional<int64_t>> Sizes;
+  std::vector<std::optional<int64_t>> Strides;
+};
+
+/// Dynamo compares SymInt != SymInt; for concrete sizes that is an integer
+/// compare, and the SymInt path is kept for symbolic ones.
+bool symIntDiffers(const c10::SymInt &Actual, int64_t Expected) {
+  if (std::optional<int64_t> A = Actual.maybe_as_int())
+    return *A != Expected;
+  return Actual != c10::SymInt(Expected);
+}
+
+int tensorMatch(PyObject *Value, const void *Payload, const LocalState *State) {
+  const auto &P = *static_cast<const TensorPayload *>(Payload);
+  // Exact Python type (Parameter differs from Tensor); this also proves
+  // `Value` is a THPVariable, since prepare() checked that PyType is one.
+  if (Py_TYPE(Value) != P.PyType)
+    return 0;
+  try {
+    const at::Tensor &T = THPVariable_Unpack(Value);
+    uint64_t Keys =
+        (T.key_set().raw_repr() | State->Included) & ~State->Excluded;
+    if (Keys != P.DispatchKeys || T.scalar_type() != P.DType ||
+        T.device().index() != P.DeviceIndex ||
+        T.requires_grad() != P.RequiresGrad)
+      return 0;
+    c10::SymIntArrayRef Sizes = T.sym_sizes();
+    if (Sizes.size() != P.Sizes.size())
+      return 0;
+    // TensorCheck::check: sparse compressed layouts have no strides and are
+    // compared against a vector of -1.
+    c10::Layout L = T.layout();
+    bool NoStrides = L == c10::kSparseCsr || L == c10::kSparseCsc ||
+                     L == c10::kSparseBsc || L == c10::kSparseBsr;
+    c10::SymIntArrayRef Strides;
+    if (!NoStrides)
+      Strides = T.sym_strides();
+    for (size_t I = 0; I < Sizes.size(); ++I) {
+      if (P.Sizes[I] && symIntDiffers(Sizes[I], *P.Sizes[I]))
+        return 0;
+      if (!P.Strides[I])
+        continue;
+      if (NoStrides ? *P.Strides[I] != -1
+                    : symIntDiffers(Strides[I], *P.Strides[I]))
+        return 0;
+    }
+    return 1;
+  } catch (...) {
+    // e.g. sym_strides() of a sparse COO tensor, or a symbolic compare that
+    // cannot be decided; Dynamo would raise out of the check.
+    PyErr_Clear();
+    return 0;
+  }
+}
+
+void *prepareTensorMatch(const GuardSet &Set, const Guard &G,
+                         PyObject *const *Objects, std::string *Error) {
+  const TensorSpec &Spec = Set.tensorSpec(G.Tensor);
+  PyObject *Type = Objects[Spec.PyType];
+  if (!THPVariableClass || !PyType_Check(Type) ||
+      !PyType_IsSubtype(reinterpret_cast<PyTypeObject *>(Type),
+                        reinterpret_cast<PyTypeObject *>(THPVariableClass))) {
+    *Error = "tensor spec type is not a torch.Tensor type";
+    return nullptr;
+  }
+  if (Spec.Strides.size() != Spec.Sizes.size()) {
+    *Error = "tensor spec has " + std::to_string(Spec.Sizes.size()) +
+             " sizes but " + std::to_string(Spec.Strides.size()) + " strides";
+    return nullptr;
+  }
+  if (Spec.DType < 0 ||
+      Spec.DType >= static_cast<int8_t>(c10::ScalarType::NumOptions)) {
+    *Error = "tensor spec dtype " + std::to_string(Spec.DType) +
+             " is not a c10::ScalarType";
+    return nullptr;
+  }
+  return new TensorPayload{reinterpret_cast<PyTypeObject *>(Type),
+                           Spec.DispatchKeys,
+                           static_cast<c10::ScalarType>(Spec.DType),
+                           static_cast<c10::DeviceIndex>(Spec.DeviceIndex),
+                           Spec.RequiresGrad,
+                           Spec.Sizes,
+                           Spec.Strides};
+}
+
+//===----------------------------------------------------------------------===//
+// GLOBAL_STATE
+//===----------------------------------------------------------------------===//
+
+constexpr size_t NumAutocastDevices =
+    at::autocast::_AUTOCAST_SUPPORTED_DEVICES.size();
+
+/// Every field GlobalStateGuard::check compares, as its JSON stores them.
+struct GlobalStatePayload {
+  bool GradMode;
+  std::array<bool, NumAutocastDevices> AutocastEnabled;
+  std::array<c10::ScalarType, NumAutocastDevices> AutocastDType;
+  bool AutocastCacheEnabled;
+  bool TorchFunction;
+  bool TorchFunctionAllDisabled;
+  bool DeterministicAlgorithms;
+  bool DeterministicAlgorithmsWarnOnly;
+  bool AllowTF32;
+  at::CuBLASReductionOption AllowFP16Reduce;
+  at::CuBLASReductionOption AllowBF16Reduce;
+  int NumThreads;
+  c10::ScalarType DefaultDType;
+};
+
+int globalState(const void *Payload) {
+  const auto &P = *static_cast<const GlobalStatePayload *>(Payload);
+  try {
+    if (P.GradMode != at::GradMode::is_enabled())
+      return 0;
+    // AutocastState::operator==: the dtype of a device is ignored when
+    // autocast is disabled on both sides.
+    for (size_t I = 0; I < NumAutocastDevices; ++I) {
+      c10::DeviceType D = at::autocast::_AUTOCAST_SUPPORTED_DEVICES[I];
+      bool Enabled = at::autocast::is_autocast_enabled(D);
+      if (!Enabled && !P.AutocastEnabled[I])
+        continue;
+      if (Enabled != P.AutocastEnabled[I] ||
+          at::autocast::get_autocast_dtype(D) != P.AutocastDType[I])
+        return 0;
+    }
+    if (P.AutocastCacheEnabled != at::autocast::is_autocast_cache_enabled())
+      return 0;
+    // torch::torch_function_enabled() is not exported; it is this compare.
+    at::impl::TorchFunctionDisabledState TF =
+        at::impl::PythonTorchFunctionTLS::get_disabled_state();
+    if (P.TorchFunction != (TF == at::impl::TorchFunctionDisabledState::ENABLED))
+      return 0;
+    if (P.TorchFunctionAllDisabled != at::impl::torch_function_all_disabled())
+      return 0;
+    at::Context &Ctx = at::globalContext();
+    if (P.DeterministicAlgorithms != Ctx.deterministicAlgorithms() ||
+        P.DeterministicAlgorithmsWarnOnly !=
+            Ctx.deterministicAlgorithmsWarnOnly())
+      return 0;
+    bool AllowTF32 = Ctx.float32Precision(at::Float32Backend::CUDA,
+                                          at::Float32Op::MATMUL) ==
+                     at::Float32Precision::TF32;
+    if (P.AllowTF32 != AllowTF32 ||
+        P.AllowFP16Reduce != Ctx.allowFP16ReductionCuBLAS() ||
+        P.AllowBF16Reduce != Ctx.allowBF16ReductionCuBLAS())
+      return 0;
+    if (P.NumThreads != at::get_num_threads())
+      return 0;
+    return P.DefaultDType == c10::get_default_dtype_as_scalartype();
+  } catch (...) {
+    return 0;
+  }
+}
+
+/// Reads JSON fields out of the dict json.loads produced. Each getter sets
+/// Error on a missing or mistyped field (Python errors are cleared).
+class JsonReader {
+public:
+  JsonReader(std::string *Error) : Error(Error) {}
+  bool failed() const { return Failed; }
+
+  PyObject *field(PyObject *Dict, const char *Name) {
+    PyObject *V = PyDict_Check(Dict) ? PyDict_GetItemString(Dict, Name)
+                                     : nullptr;
+    if (!V)
+      fail(std::string("missing field '") + Name + "'");
+    return V;
+  }
+  bool getBool(PyObject *Dict, const char *Name) {
+    PyObject *V = field(Dict, Name);
+    if (V && !PyBool_Check(V))
+      fail(std::string("field '") + Name + "' is not a bool");
+    return V == Py_True;
+  }
+  int64_t getInt(PyObject *Dict, const char *Name) {
+    return asInt(field(Dict, Name), Name);
+  }
+  int64_t asInt(PyObject *V, const char *Name) {
+    if (!V)
+      return 0;
+    if (!PyLong_Check(V) || PyBool_Check(V)) {
+      fail(std::string("field '") + Name + "' is not an int");
+      return 0;
+    }
+    int64_t X = PyLong_AsLongLong(V);
+    if (X == -1 && PyErr_Occurred()) {
+      PyErr_Clear();
+      fail(std::string("field '") + Name + "' does not fit in 64 bits");
+    }
+    return X;
+  }
+  /// A list of exactly N items.
+  PyObject *getList(PyObject *Dict, const char *Name, size_t N) {
+    PyObject *V = field(Dict, Name);
+    if (V && (!PyList_Check(V) || PyList_GET_SIZE(V) != (Py_ssize_t)N)) {
+      fail(std::string("field '") + Name + "' is not a list of " +
+           std::to_string(N) + " items");
+      return nullptr;
+    }
+    return V;
+  }
+  void fail(std::string Msg) {
+    if (!Failed)
+      *Error = "GlobalStateGuard JSON: " + std::move(Msg);
+    Failed = true;
+  }
+
+private:
+  std::string *Error;
+  bool Failed = false;
+};
+
+bool validScalarType(int64_t X) {
+  return X >= 0 && X < static_cast<int64_t>(c10::ScalarType::NumOptions);
+}
+
+bool validReduction(int64_t X) { return X >= 0 && X <= 2; }
+
+void *prepareGlobalState(const Guard &G, std::string *Error) {
+  // Parsed with CPython's json module: prepare runs once per bind with the
+  // GIL held, and this keeps a JSON library out of the build.
+  PyObject *JsonModule = PyImport_ImportModule("json");
+  PyObject *Text = PyUnicode_FromStringAndSize(
+      G.Str.data(), static_cast<Py_ssize_t>(G.Str.size()));
+  PyObject *Loads = JsonModule ? PyUnicode_InternFromString("loads") : nullptr;
+  PyObject *Dict = JsonModule && Text && Loads
+                       ? PyObject_CallMethodOneArg(JsonModule, Loads, Text)
+                       : nullptr;
+  Py_XDECREF(Loads);
+  Py_XDECREF(Text);
+  Py_XDECREF(JsonModule);
+  if (!Dict) {
+    PyErr_Clear();
+    *Error = "GLOBAL_STATE needs the JSON of GlobalStateGuard.__getstate__() "
+             "in Guard.Str";
+    return nullptr;
+  }
+  auto *P = new GlobalStatePayload();
+  JsonReader R(Error);
+  P->GradMode = R.getBool(Dict, "grad_mode");
+  if (PyObject *Autocast = R.field(Dict, "autocast_state")) {
+    PyObject *Enabled = R.getList(Autocast, "enabled", NumAutocastDevices);
+    PyObject *DType = R.getList(Autocast, "dtype", NumAutocastDevices);
+    for (size_t I = 0; Enabled && DType && I < NumAutocastDevices; ++I) {
+      PyObject *E = PyList_GET_ITEM(Enabled, I);
+      if (!PyBool_Check(E))
+        R.fail("autocast_state.enabled items must be bools");
+      P->AutocastEnabled[I] = E == Py_True;
+      int64_t D = R.asInt(PyList_GET_ITEM(DType, I), "autocast_state.dtype");
+      if (!validScalarType(D))
+        R.fail("autocast_state.dtype item is not a c10::ScalarType");
+      P->AutocastDType[I] = static_cast<c10::ScalarType>(D);
+    }
+    P->AutocastCacheEnabled = R.getBool(Autocast, "cached_enabled");
+  }
+  P->TorchFunction = R.getBool(Dict, "torch_function");
+  P->TorchFunctionAllDisabled = R.getBool(Dict, "torch_function_all_disabled");
+  P->DeterministicAlgorithms = R.getBool(Dict, "deterministic_algorithms");
+  P->DeterministicAlgorithmsWarnOnly =
+      R.getBool(Dict, "deterministic_algorithms_warn_only");
+  P->AllowTF32 = R.getBool(Dict, "allow_tf32");
+  int64_t FP16 = R.getInt(Dict, "allow_fp16_reduce");
+  int64_t BF16 = R.getInt(Dict, "allow_bf16_reduce");
+  if (!validReduction(FP16) || !validReduction(BF16))
+    R.fail("allow_*_reduce is not a CuBLASReductionOption");
+  P->AllowFP16Reduce = static_cast<at::CuBLASReductionOption>(FP16);
+  P->AllowBF16Reduce = static_cast<at::CuBLASReductionOption>(BF16);
+  P->NumThreads = static_cast<int>(R.getInt(Dict, "num_threads"));
+  int64_t DefaultDType = R.getInt(Dict, "default_dtype");
+  if (!validScalarType(DefaultDType))
+    R.fail("default_dtype is not a c10::ScalarType");
+  P->DefaultDType = static_cast<c10::ScalarType>(DefaultDType);
+  Py_DECREF(Dict);
+  if (R.failed()) {
+    delete P;
+    return nullptr;
+  }
+  return P;
+}
+
+//===----------------------------------------------------------------------===//
+// TORCH_FUNCTION_MODE_STACK
+//===----------------------------------------------------------------------===//
+
+/// The expected type of each mode, bottom of the stack first. Strong
+/// references: the recorder's tuple could be a temporary.
+struct ModeStackPayload {
+  std::vector<PyTypeObject *> Types;
+};
+
+int torchFunctionModeStack(const void *Payload) {
+  const auto &P = *static_cast<const ModeStackPayload *>(Payload);
+  try {
+    int64_t Len = at::impl::PythonTorchFunctionTLS::stack_len();
+    if (Len != static_cast<int64_t>(P.Types.size()))
+      return 0;
+    for (int64_t I = 0; I < Len; ++I) {
+      const std::shared_ptr<c10::SafePyObject> &Mode =
+          at::impl::PythonTorchFunctionTLS::get_stack_at(I);
+      if (Py_TYPE(Mode->ptr(getPyInterpreter())) != P.Types[I])
+        return 0;
+    }
+    return 1;
+  } catch (...) {
+    return 0;
+  }
+}
+
+void *prepareModeStack(const Guard &G, PyObject *const *Objects,
+                       std::string *Error) {
+  PyObject *Spec = Objects[G.Object];
+  if (!PyTuple_Check(Spec) && !PyList_Check(Spec)) {
+    *Error = "TORCH_FUNCTION_MODE_STACK needs a tuple or list of mode types";
+    return nullptr;
+  }
+  auto *P = new ModeStackPayload();
+  for (Py_ssize_t I = 0, N = PySequence_Fast_GET_SIZE(Spec); I < N; ++I) {
+    PyObject *T = PySequence_Fast_GET_ITEM(Spec, I);
+    if (!PyType_Check(T)) {
+      *Error = "TORCH_FUNCTION_MODE_STACK item " + std::to_string(I) +
+               " is not a type (store type(mode), not the mode)";
+      for (PyTypeObject *Held : P->Types)
+        Py_DECREF(Held);
+      delete P;
+      return nullptr;
+    }
+    Py_INCREF(T);
+    P->Types.push_back(reinterpret_cast<PyTypeObject *>(T));
+  }
+  return P;
+}
+
+//===----------------------------------------------------------------------===//
+// prepare / release
+//===----------------------------------------------------------------------===//
+
+void *prepare(const GuardSet &Set, const Guard &G, PyObject *const *Objects,
+              std::string *Error) {
+  std::string Ignored;
+  if (!Error)
+    Error = &Ignored;
+  switch (G.Kind) {
+  case GuardKind::TensorMatch:
+    return prepareTensorMatch(Set, G, Objects, Error);
+  case GuardKind::GlobalState:
+    return prepareGlobalState(G, Error);
+  case GuardKind::TorchFunctionModeStack:
+    return prepareModeStack(G, Objects, Error);
+  default:
+    *Error = "not a torch guard";
+    return nullptr;
+  }
+}
+
+void release(const Guard &G, void *Payload) {
+  switch (G.Kind) {
+  case GuardKind::TensorMatch:
+    delete static_cast<TensorPayload *>(Payload);
+    return;
+  case GuardKind::GlobalState:
+    delete static_cast<GlobalStatePayload *>(Payload);
+    return;
+  case GuardKind::TorchFunctionModeStack: {
+    auto *P = static_cast<ModeStackPayload *>(Payload);
+    for (PyTypeObject *T : P->Types)
+      Py_DECREF(T);
+    delete P;
+    return;
+  }
+  default:
+    return;
+  }
+}
+
+const TorchHooks AtenHooks = {readLocalState, tensorMatch,
+                              globalState,    torchFunctionModeStack,
+                              prepare,        release};
+
+} // namespace
+
+void guardjit::installTorchRuntime() {
+  if (!PythonDispatchDict) {
+    // Best effort: without the module the flag keeps its default (mask).
+    if (PyObject *M = PyImport_ImportModule("torch.utils._python_dispatch")) {
+      PythonDispatchDict = PyModule_GetDict(M); // borrowed; module lives on
+      Py_INCREF(PythonDispatchDict);
+      Py_DECREF(M);
+      InModeFlagName = PyUnicode_InternFromString(
+          "_is_in_any_mode_without_ignore_compile_internals");
+      if (!InModeFlagName) {
+        Py_CLEAR(PythonDispatchDict);
+      }
+    }
+    PyErr_Clear();
+  }
+  setTorchHooks(&AtenHooks);
+}
