@@ -310,12 +310,16 @@ def _python_keys() -> int:
 
 def _leaf_tensor_match(rec, mgr, value, sizes, strides, name, parts, stack, pytype, keys):
     # TensorCheck stores LocalState.apply(keys) at construction:
-    # ((keys | tls_included) - tls_excluded) - {Python keys} (torch 2.13
-    # masks the Python keys unless a mode without ignore_compile_internals is
-    # active, a thread-local torch does not expose; guardjit assumes the mask).
+    # ((keys | tls_included) - tls_excluded) - {Python keys}; torch 2.13 masks
+    # the Python keys unless a dispatch mode without ignore_compile_internals
+    # is active (the flag every such mode copies into torch's thread-local).
     inc = torch._C._dispatch_tls_local_include_set().raw_repr()
     exc = torch._C._dispatch_tls_local_exclude_set().raw_repr()
-    applied = (keys.raw_repr() | inc) & ~exc & ~_python_keys() & 0xFFFFFFFFFFFFFFFF
+    applied = (keys.raw_repr() | inc) & ~exc & 0xFFFFFFFFFFFFFFFF
+    from torch.utils import _python_dispatch
+
+    if not getattr(_python_dispatch, "_is_in_any_mode_without_ignore_compile_internals", False):
+        applied &= ~_python_keys()
     # An empty list means "the tensor's own sizes/strides" (pyListToVecOptInt).
     sizes = list(sizes) if len(sizes) or value.dim() == 0 else list(value.shape)
     strides = list(strides) if len(strides) or value.dim() == 0 else list(value.stride())
