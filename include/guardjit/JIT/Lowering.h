@@ -1,0 +1,67 @@
+//===- Lowering.h - Guard IR to LLVM IR -------------------------*- C++ -*-===//
+//
+// Lowers one BoundGuardSet to one LLVM function `i32 @name(ptr %frame_locals)`
+// with the signature of guardjit::CheckFn. The function is the interpreter's
+// meaning written out: one block per value read ("v3.dict_get_item") and per
+// guard ("g12.tensor_match"), a common fail block that releases new references
+// and returns 0, and a success block that releases them and returns 1.
+//
+// Object addresses and payload pointers of the BoundGuardSet are baked in as
+// immediates, so the set must outlive any code compiled from the function.
+// Cheap, exact checks (TYPE_MATCH, ID_MATCH, NONE/TRUE/FALSE/NOT_NONE, the
+// identity fast path of EQUALS_MATCH, type(), tuple/list item reads) are
+// inlined with the layouts of Runtime/CPythonABI.h; everything else calls the
+// gj_rt_* helpers of Runtime/RuntimeHelpers.h by name.
+//
+//===----------------------------------------------------------------------===//
+#ifndef GUARDJIT_JIT_LOWERING_H
+#define GUARDJIT_JIT_LOWERING_H
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <cstddef>
+
+namespace llvm {
+class Function;
+class Module;
+} // namespace llvm
+
+namespace guardjit {
+
+class BoundGuardSet;
+
+/// What the lowering emitted.
+struct LoweringStats {
+  size_t NumGuards = 0;
+  /// Guards emitted as loads and compares only (no call).
+  size_t NumInlined = 0;
+  /// Guards that call a runtime helper (EQUALS_MATCH counts here even though
+  /// its identity fast path is inline).
+  size_t NumHelpers = 0;
+  /// Value reads emitted inline (type(), tuple/list item, globals).
+  size_t NumInlineReads = 0;
+};
+
+/// Adds the check function of `Set` to `M` under the symbol `Name`. `M` must
+/// already carry the target's data layout. Reads only the IR and the bound
+/// addresses of `Set` (no Python call, no GIL needed). Fails, leaving `M`
+/// unchanged except for helper declarations, when the IR is malformed (an
+/// operand or object id out of range, a leaf guard without operand).
+llvm::Expected<llvm::Function *> lowerGuardSet(const BoundGuardSet &Set,
+                                               llvm::Module &M,
+                                               llvm::StringRef Name,
+                                               LoweringStats *Stats = nullptr);
+
+/// A runtime helper that generated code may call, and its address in this
+/// process. The engine defines all of them as absolute symbols.
+struct RuntimeSymbol {
+  const char *Name;
+  void *Address;
+};
+llvm::ArrayRef<RuntimeSymbol> runtimeSymbols();
+
+} // namespace guardjit
+
+#endif // GUARDJIT_JIT_LOWERING_H

@@ -1,0 +1,597 @@
+//===- Lowering.cpp - Guard IR to LLVM IR ---------------------------------===//
+//
+// The generated function is the interpreter (lib/Runtime/Interpreter.cpp)
+// unrolled over one guard set, in the way PostgreSQL's llvmjit_expr.c unrolls
+// its expression interpreter: one block per step, hard steps call the same
+// helper the interpreter calls, so the two cannot disagree on them.
+//
+// Order of evaluation (the answer is a conjunction, so order only affects
+// speed): root guards without operands, then each value in id order followed
+// at once by the guards whose last operand it is (the object was just
+// touched), then epilogue lambdas over the frame locals.
+//
+// New references are released through a chain of cleanup blocks: a failure
+// after the k-th new reference branches to "fail.release.vN" of that
+// reference, which releases it and falls into the one before, ending in the
+// common "fail" block. This keeps the function in SSA form with no allocas
+// and no null tests on the failure path.
+//
+//===----------------------------------------------------------------------===//
+#include "guardjit/JIT/Lowering.h"
+
+#include "guardjit/IR/GuardSet.h"
+#include "guardjit/Runtime/BoundGuardSet.h"
+#include "guardjit/Runtime/CPythonABI.h"
+#include "guardjit/Runtime/RuntimeHelpers.h"
+#include "guardjit/Runtime/TorchHooks.h"
+
+#include "llvm/IR/IRBuilder.h"
+#include "llvm/IR/MDBuilder.h"
+#include "llvm/IR/Module.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
+
+using namespace llvm;
+
+namespace guardjit {
+
+// The generated code passes a pointer to this struct to the torch hooks.
+static_assert(sizeof(LocalState) == 16 && alignof(LocalState) == 8 &&
+                  offsetof(LocalState, Included) == 0 &&
+                  offsetof(LocalState, Excluded) == 8,
+              "LocalState is lowered as [2 x i64]");
+
+namespace {
+
+/// Guards that read ambient state and take no operand.
+bool isRootGuard(GuardKind K) {
+  switch (K) {
+  case GuardKind::GlobalState:
+  case GuardKind::DefaultDevice:
+  case GuardKind::TorchFunctionModeStack:
+  case GuardKind::EpilogueLambda:
+    return true;
+  default:
+    return false;
+  }
+}
+
+/// Whether the guard's `Object` field names an object table entry it reads.
+bool needsObject(GuardKind K) {
+  switch (K) {
+  case GuardKind::TypeMatch:
+  case GuardKind::IdMatch:
+  case GuardKind::EqualsMatch:
+  case GuardKind::DictContains:
+  case GuardKind::NoHasAttr:
+  case GuardKind::DefaultDevice:
+  case GuardKind::Lambda:
+  case GuardKind::EpilogueLambda:
+    return true;
+  default:
+    return false;
+  }
+}
+
+/// Whether the accessor reads its `Key` object.
+bool needsKey(AccessorKind K) {
+  switch (K) {
+  case AccessorKind::FrameLocal:
+  case AccessorKind::Globals:
+  case AccessorKind::DictGetItem:
+  case AccessorKind::GetAttr:
+  case AccessorKind::GenericGetAttr:
+  case AccessorKind::GetItem:
+    return true;
+  default:
+    return false;
+  }
+}
+
+class Lowerer {
+public:
+  Lowerer(const BoundGuardSet &BS, Module &M)
+      : BS(BS), S(BS.set()), M(M), Ctx(M.getContext()), B(Ctx),
+        PtrTy(PointerType::getUnqual(Ctx)), I32(Type::getInt32Ty(Ctx)),
+        I64(Type::getInt64Ty(Ctx)),
+        Likely(MDBuilder(Ctx).createLikelyBranchWeights()) {}
+
+  Expected<Function *> run(StringRef Name, LoweringStats &Stats);
+
+private:
+  Error validate() const;
+  std::string describe(size_t GuardIndex) const;
+
+  FunctionCallee helper(StringRef Name, Type *Ret, ArrayRef<Type *> Params);
+  Constant *pointer(const void *Address);
+  Constant *object(ObjectId Id) { return pointer(BS.object(Id)); }
+  /// "v3" / "g12": the stem of a step's names, empty when the context
+  /// discards names anyway (compile(), where they only cost time).
+  std::string prefix(char Kind, size_t N) const {
+    return Ctx.shouldDiscardValueNames() ? std::string()
+                                         : Kind + std::to_string(N);
+  }
+
+  /// Ends the current block (branching to the new one, or to the current
+  /// failure target when `PendingOk` is false) and starts block `Name`.
+  void beginBlock(const Twine &Name);
+  /// Makes the next beginBlock branch to the failure target unless `Ok`.
+  void failUnless(llvm::Value *Ok) {
+    assert(!PendingOk && "one pending condition at a time");
+    PendingOk = Ok;
+  }
+  llvm::Value *isTrue(llvm::Value *I32Result) {
+    return B.CreateICmpNE(I32Result, ConstantInt::get(I32, 0));
+  }
+  llvm::Value *loadField(llvm::Value *Obj, size_t Offset, Type *Ty,
+                         const Twine &Name);
+  llvm::Value *loadType(llvm::Value *Obj, const Twine &Name);
+
+  void emitValue(ValueId Id, LoweringStats &Stats);
+  void emitInlineSequenceItem(ValueId Id, bool IsTuple);
+  void emitGuard(size_t Index, LoweringStats &Stats);
+  void emitRelease(llvm::Value *Obj);
+
+  const BoundGuardSet &BS;
+  const GuardSet &S;
+  Module &M;
+  LLVMContext &Ctx;
+  IRBuilder<> B;
+  PointerType *PtrTy;
+  IntegerType *I32, *I64;
+  MDNode *Likely;
+
+  Function *F = nullptr;
+  llvm::Value *FrameLocals = nullptr;
+  llvm::Value *LocalStatePtr = nullptr;
+  std::vector<llvm::Value *> Vals;
+  /// Where a failure goes now: the cleanup block of the newest new reference.
+  BasicBlock *FailTarget = nullptr;
+  /// New references in acquisition order.
+  std::vector<std::pair<ValueId, llvm::Value *>> NewRefs;
+  std::vector<BasicBlock *> ReleaseBlocks;
+  BasicBlock *CommonFail = nullptr;
+  llvm::Value *PendingOk = nullptr;
+};
+
+} // namespace
+
+std::string Lowerer::describe(size_t GuardIndex) const {
+  const Guard &G = S.guards()[GuardIndex];
+  return formatv("guard {0} ({1} on {2})", GuardIndex, spelling(G.Kind),
+                 G.Attrs.Source.empty() ? "<no source>" : G.Attrs.Source)
+      .str();
+}
+
+Error Lowerer::validate() const {
+  const auto &Values = S.values();
+  if (Values.empty() || Values[0].Kind != AccessorKind::Root)
+    return createStringError("guard set '%s': value 0 must be the root",
+                             S.name().c_str());
+  size_t NumObjects = S.objects().size();
+  for (ValueId I = 1; I < Values.size(); ++I) {
+    const guardjit::Value &V = Values[I];
+    if (V.Kind == AccessorKind::Root || V.Parent >= I)
+      return createStringError(
+          "guard set '%s': value %u (%s) must have an earlier parent",
+          S.name().c_str(), I, V.Source.c_str());
+    if (needsKey(V.Kind) && V.Key >= NumObjects)
+      return createStringError("guard set '%s': value %u (%s) has no key",
+                               S.name().c_str(), I, V.Source.c_str());
+  }
+  for (size_t I = 0; I < S.guards().size(); ++I) {
+    const Guard &G = S.guards()[I];
+    if (!isRootGuard(G.Kind) && G.Operands.empty())
+      return createStringError("%s needs an operand", describe(I).c_str());
+    if (G.Kind != GuardKind::NoTensorAliasing && !isRootGuard(G.Kind) &&
+        G.Operands.size() != 1)
+      return createStringError("%s needs exactly one operand",
+                               describe(I).c_str());
+    for (ValueId Op : G.Operands)
+      if (Op >= Values.size())
+        return createStringError("%s: operand %u is not a value",
+                                 describe(I).c_str(), Op);
+    if (needsObject(G.Kind) && G.Object >= NumObjects)
+      return createStringError("%s: object %u is not in the object table",
+                               describe(I).c_str(), G.Object);
+    if (G.Kind == GuardKind::DefaultDevice && G.Aux >= NumObjects)
+      return createStringError("%s: aux object %u is not in the object table",
+                               describe(I).c_str(), G.Aux);
+  }
+  return Error::success();
+}
+
+FunctionCallee Lowerer::helper(StringRef Name, Type *Ret,
+                               ArrayRef<Type *> Params) {
+  FunctionCallee C =
+      M.getOrInsertFunction(Name, FunctionType::get(Ret, Params, false));
+  // The helpers are C functions that report failure by their result; telling
+  // LLVM they never unwind keeps calls plain (no landing pads, no EH tables).
+  if (auto *Fn = dyn_cast<Function>(C.getCallee()))
+    Fn->setDoesNotThrow();
+  return C;
+}
+
+Constant *Lowerer::pointer(const void *Address) {
+  return ConstantExpr::getIntToPtr(
+      ConstantInt::get(I64, reinterpret_cast<uintptr_t>(Address)), PtrTy);
+}
+
+void Lowerer::beginBlock(const Twine &Name) {
+  BasicBlock *BB = BasicBlock::Create(Ctx, Name, F);
+  if (PendingOk)
+    B.CreateCondBr(PendingOk, BB, FailTarget, Likely);
+  else
+    B.CreateBr(BB);
+  PendingOk = nullptr;
+  B.SetInsertPoint(BB);
+}
+
+llvm::Value *Lowerer::loadField(llvm::Value *Obj, size_t Offset, Type *Ty,
+                          const Twine &Name) {
+  llvm::Value *Addr = B.CreateConstInBoundsGEP1_64(B.getInt8Ty(), Obj, Offset);
+  return B.CreateAlignedLoad(Ty, Addr, Align(abi::PointerSize), Name);
+}
+
+llvm::Value *Lowerer::loadType(llvm::Value *Obj, const Twine &Name) {
+  auto *L = cast<LoadInst>(
+      loadField(Obj, abi::ObjectTypeOffset, PtrTy, Name));
+  // Every live object has a type: lets the optimizer drop null tests.
+  L->setMetadata(LLVMContext::MD_nonnull, MDNode::get(Ctx, {}));
+  return L;
+}
+
+/// PyTuple_GetItem / PyList_GetItem for a constant index >= 0, inline: the
+/// subclass flag of the type, an unsigned bounds test against ob_size, then
+/// the item. Exactly the checks CPython makes before returning a borrowed
+/// item, so a failure here is the helper's NULL.
+void Lowerer::emitInlineSequenceItem(ValueId Id, bool IsTuple) {
+  const guardjit::Value &V = S.value(Id);
+  llvm::Value *Parent = Vals[V.Parent];
+  std::string P = prefix('v', Id);
+  llvm::Value *Ty = loadType(Parent, P + ".type");
+  llvm::Value *Flags = loadField(Ty, abi::TypeFlagsOffset, I64, P + ".flags");
+  uint64_t Flag = IsTuple ? abi::TupleSubclassFlag : abi::ListSubclassFlag;
+  failUnless(B.CreateICmpNE(B.CreateAnd(Flags, Flag),
+                            ConstantInt::get(I64, 0), P + ".is_seq"));
+  beginBlock(P + ".in_bounds");
+  llvm::Value *Size =
+      loadField(Parent, abi::VarObjectSizeOffset, I64, P + ".size");
+  failUnless(B.CreateICmpULT(ConstantInt::get(I64, V.Index), Size,
+                             P + ".index_ok"));
+  beginBlock(P + ".item");
+  llvm::Value *Items = Parent;
+  size_t ItemsOffset = abi::TupleItemsOffset;
+  if (!IsTuple) {
+    Items = loadField(Parent, abi::ListItemsOffset, PtrTy, P + ".items");
+    ItemsOffset = 0;
+  }
+  Vals[Id] = loadField(Items, ItemsOffset + abi::PointerSize * V.Index, PtrTy,
+                       P);
+}
+
+void Lowerer::emitValue(ValueId Id, LoweringStats &Stats) {
+  const guardjit::Value &V = S.value(Id);
+  if (V.Kind == AccessorKind::Globals) {
+    // Captured at compile time: a constant, no read.
+    Vals[Id] = object(V.Key);
+    ++Stats.NumInlineReads;
+    return;
+  }
+  std::string Name = prefix('v', Id);
+  beginBlock(Name + "." + spelling(V.Kind));
+  llvm::Value *Parent = Vals[V.Parent];
+  llvm::Value *Result = nullptr;
+  switch (V.Kind) {
+  case AccessorKind::Root:
+  case AccessorKind::Globals:
+    llvm_unreachable("handled above");
+  case AccessorKind::Type:
+    assert(!accessorReturnsNewRef(V.Kind) && "inline type() is borrowed");
+    Vals[Id] = loadType(Parent, Name);
+    ++Stats.NumInlineReads;
+    return;
+  case AccessorKind::TupleGetItem:
+  case AccessorKind::ListGetItem:
+    if (V.Index >= 0) {
+      assert(!accessorReturnsNewRef(V.Kind) && "inline items are borrowed");
+      emitInlineSequenceItem(Id, V.Kind == AccessorKind::TupleGetItem);
+      ++Stats.NumInlineReads;
+      return;
+    }
+    // Negative indices: the helper decides (it fails or wraps them).
+    Result = B.CreateCall(
+        helper(V.Kind == AccessorKind::TupleGetItem ? "gj_rt_tuple_get_item"
+                                                    : "gj_rt_list_get_item",
+               PtrTy, {PtrTy, I64}),
+        {Parent, ConstantInt::get(I64, V.Index)}, Name);
+    break;
+  case AccessorKind::FrameLocal:
+    // L[name] of the frame locals dict: the same probe as any dict item.
+  case AccessorKind::DictGetItem:
+    Result = B.CreateCall(helper("gj_rt_dict_get_item", PtrTy, {PtrTy, PtrTy}),
+                          {Parent, object(V.Key)}, Name);
+    break;
+  case AccessorKind::GenericDict:
+    Result = B.CreateCall(helper("gj_rt_generic_dict", PtrTy, {PtrTy}),
+                          {Parent}, Name);
+    break;
+  case AccessorKind::GetAttr:
+    Result = B.CreateCall(helper("gj_rt_getattr", PtrTy, {PtrTy, PtrTy}),
+                          {Parent, object(V.Key)}, Name);
+    break;
+  case AccessorKind::GenericGetAttr:
+    Result =
+        B.CreateCall(helper("gj_rt_generic_getattr", PtrTy, {PtrTy, PtrTy}),
+                     {Parent, object(V.Key)}, Name);
+    break;
+  case AccessorKind::Code:
+    Result = B.CreateCall(helper("gj_rt_code", PtrTy, {PtrTy}), {Parent},
+                          Name);
+    break;
+  case AccessorKind::GetItem:
+    Result = B.CreateCall(helper("gj_rt_get_item", PtrTy, {PtrTy, PtrTy}),
+                          {Parent, object(V.Key)}, Name);
+    break;
+  case AccessorKind::DictKey:
+  case AccessorKind::DictValue:
+    Result = B.CreateCall(
+        helper(V.Kind == AccessorKind::DictKey ? "gj_rt_dict_key"
+                                               : "gj_rt_dict_value",
+               PtrTy, {PtrTy, I64}),
+        {Parent, ConstantInt::get(I64, V.Index)}, Name);
+    break;
+  }
+  Vals[Id] = Result;
+  // A NULL read fails the set; the failure does not own the NULL.
+  failUnless(B.CreateIsNotNull(Result, Name + ".ok"));
+  if (accessorReturnsNewRef(V.Kind)) {
+    // From here on a failure must release this reference: give it its own
+    // cleanup block in front of the chain.
+    beginBlock(Name + ".owned");
+    BasicBlock *Release = BasicBlock::Create(Ctx, "fail.release." + Name, F);
+    IRBuilder<> RB(Release);
+    RB.CreateCall(helper("gj_rt_decref", RB.getVoidTy(), {PtrTy}), {Result});
+    RB.CreateBr(FailTarget);
+    FailTarget = Release;
+    ReleaseBlocks.push_back(Release);
+    NewRefs.emplace_back(Id, Result);
+  }
+}
+
+void Lowerer::emitRelease(llvm::Value *Obj) {
+  B.CreateCall(helper("gj_rt_decref", B.getVoidTy(), {PtrTy}), {Obj});
+}
+
+void Lowerer::emitGuard(size_t Index, LoweringStats &Stats) {
+  const Guard &G = S.guards()[Index];
+  std::string P = prefix('g', Index);
+  beginBlock(P + "." + spelling(G.Kind));
+  llvm::Value *V = G.Operands.empty() ? nullptr : Vals[G.Operands.front()];
+  auto Call = [&](StringRef Name, ArrayRef<Type *> Params,
+                  ArrayRef<llvm::Value *> Args) {
+    ++Stats.NumHelpers;
+    return isTrue(B.CreateCall(helper(Name, I32, Params), Args, P + ".res"));
+  };
+  auto Inline = [&](llvm::Value *Ok) {
+    ++Stats.NumInlined;
+    return Ok;
+  };
+  const void *Payload = BS.payload(Index);
+  llvm::Value *Ok = nullptr;
+  switch (G.Kind) {
+  case GuardKind::TypeMatch:
+    Ok = Inline(B.CreateICmpEQ(loadType(V, P + ".type"), object(G.Object)));
+    break;
+  case GuardKind::IdMatch:
+    Ok = Inline(B.CreateICmpEQ(V, object(G.Object)));
+    break;
+  case GuardKind::NoneMatch:
+    Ok = Inline(B.CreateICmpEQ(V, pointer(Py_None)));
+    break;
+  case GuardKind::TrueMatch:
+    Ok = Inline(B.CreateICmpEQ(V, pointer(Py_True)));
+    break;
+  case GuardKind::FalseMatch:
+    Ok = Inline(B.CreateICmpEQ(V, pointer(Py_False)));
+    break;
+  case GuardKind::NotNone:
+    Ok = Inline(B.CreateICmpNE(V, pointer(Py_None)));
+    break;
+  case GuardKind::EqualsMatch: {
+    // `v is c` implies `v == c` for Dynamo (it tests identity first too),
+    // so the common case of interned constants never leaves native code.
+    BasicBlock *Slow = BasicBlock::Create(Ctx, P + ".compare", F);
+    BasicBlock *Done = BasicBlock::Create(Ctx, P + ".done", F);
+    B.CreateCondBr(B.CreateICmpEQ(V, object(G.Object), P + ".same"), Done,
+                   Slow);
+    B.SetInsertPoint(Slow);
+    llvm::Value *Equal = Call("gj_rt_equals_match", {PtrTy, PtrTy},
+                        {V, object(G.Object)});
+    B.CreateCondBr(Equal, Done, FailTarget, Likely);
+    B.SetInsertPoint(Done);
+    return;
+  }
+  case GuardKind::LengthCheck:
+    Ok = Call("gj_rt_length_check", {PtrTy, I64},
+              {V, ConstantInt::get(I64, G.Int)});
+    break;
+  case GuardKind::DictLength:
+    Ok = Call("gj_rt_dict_length", {PtrTy, I64},
+              {V, ConstantInt::get(I64, G.Int)});
+    break;
+  case GuardKind::DictContains:
+    Ok = Call("gj_rt_dict_contains", {PtrTy, PtrTy, I32},
+              {V, object(G.Object), ConstantInt::get(I32, G.Int != 0)});
+    break;
+  case GuardKind::NoHasAttr:
+    Ok = Call("gj_rt_no_hasattr", {PtrTy, PtrTy}, {V, object(G.Object)});
+    break;
+  case GuardKind::TensorMatch:
+    Ok = Call("gj_rt_tensor_match", {PtrTy, PtrTy, PtrTy},
+              {V, pointer(Payload), LocalStatePtr});
+    break;
+  case GuardKind::DimensionMarking:
+    Ok = Call("gj_rt_dimension_marking", {PtrTy, PtrTy}, {V, pointer(Payload)});
+    break;
+  case GuardKind::GlobalState:
+    Ok = Call("gj_rt_global_state", {PtrTy}, {pointer(Payload)});
+    break;
+  case GuardKind::DefaultDevice:
+    Ok = Call("gj_rt_default_device", {PtrTy, PtrTy},
+              {object(G.Aux), object(G.Object)});
+    break;
+  case GuardKind::TorchFunctionModeStack:
+    Ok = Call("gj_rt_torch_function_mode_stack", {PtrTy}, {pointer(Payload)});
+    break;
+  case GuardKind::NoTensorAliasing: {
+    // The operand array lives in the entry block's frame; filled here.
+    IRBuilder<> EB(&F->getEntryBlock(), F->getEntryBlock().begin());
+    size_t N = G.Operands.size();
+    llvm::Value *Array = EB.CreateAlloca(ArrayType::get(PtrTy, N), nullptr,
+                                   P + ".operands");
+    for (size_t I = 0; I < N; ++I)
+      B.CreateAlignedStore(Vals[G.Operands[I]],
+                           B.CreateConstInBoundsGEP2_64(
+                               ArrayType::get(PtrTy, N), Array, 0, I),
+                           Align(abi::PointerSize));
+    Ok = Call("gj_rt_no_aliasing", {PtrTy, I64},
+              {Array, ConstantInt::get(I64, N)});
+    break;
+  }
+  case GuardKind::Lambda:
+    Ok = Call("gj_rt_lambda", {PtrTy, PtrTy}, {object(G.Object), V});
+    break;
+  case GuardKind::EpilogueLambda:
+    Ok = Call("gj_rt_lambda", {PtrTy, PtrTy}, {object(G.Object), FrameLocals});
+    break;
+  }
+  failUnless(Ok);
+}
+
+Expected<Function *> Lowerer::run(StringRef Name, LoweringStats &Stats) {
+  // 1. Reject malformed IR before creating anything.
+  if (Error E = validate())
+    return E;
+  if (M.getNamedValue(Name))
+    return createStringError("symbol '%s' already exists in the module",
+                             Name.str().c_str());
+
+  // 2. The function and its frame.
+  F = Function::Create(FunctionType::get(I32, {PtrTy}, false),
+                       GlobalValue::ExternalLinkage, Name, M);
+  F->setDoesNotThrow();
+  FrameLocals = F->getArg(0);
+  FrameLocals->setName("frame_locals");
+  BasicBlock *Entry = BasicBlock::Create(Ctx, "entry", F);
+  B.SetInsertPoint(Entry);
+  CommonFail = BasicBlock::Create(Ctx, "fail");
+  IRBuilder<>(CommonFail).CreateRet(ConstantInt::get(I32, 0));
+  FailTarget = CommonFail;
+
+  const auto &Guards = S.guards();
+  bool UsesLocalState =
+      BS.needsLocalState() ||
+      std::any_of(Guards.begin(), Guards.end(), [](const Guard &G) {
+        return G.Kind == GuardKind::TensorMatch;
+      });
+  if (UsesLocalState) {
+    LocalStatePtr = B.CreateAlloca(ArrayType::get(I64, 2), nullptr,
+                                   "local_state");
+    // Read once per check, as the interpreter does; otherwise the hooks see
+    // the empty state the interpreter passes.
+    if (BS.needsLocalState())
+      B.CreateCall(helper("gj_rt_read_local_state", B.getVoidTy(), {PtrTy}),
+                   {LocalStatePtr});
+    else
+      B.CreateAlignedStore(ConstantAggregateZero::get(ArrayType::get(I64, 2)),
+                           LocalStatePtr, Align(8));
+  }
+
+  // 3. Schedule each guard right after its last operand.
+  size_t NumValues = S.values().size();
+  std::vector<std::vector<size_t>> After(NumValues);
+  std::vector<size_t> Ambient, Epilogue;
+  for (size_t I = 0; I < Guards.size(); ++I) {
+    const Guard &G = Guards[I];
+    if (G.Kind == GuardKind::EpilogueLambda)
+      Epilogue.push_back(I);
+    else if (G.Operands.empty())
+      Ambient.push_back(I);
+    else
+      After[*std::max_element(G.Operands.begin(), G.Operands.end())]
+          .push_back(I);
+  }
+
+  // 4. Emit: ambient guards, values with their guards, epilogue.
+  Vals.assign(NumValues, nullptr);
+  Vals[0] = FrameLocals;
+  Stats = LoweringStats();
+  Stats.NumGuards = Guards.size();
+  for (size_t I : Ambient)
+    emitGuard(I, Stats);
+  for (ValueId Id = 0; Id < NumValues; ++Id) {
+    if (Id != 0)
+      emitValue(Id, Stats);
+    for (size_t I : After[Id])
+      emitGuard(I, Stats);
+  }
+  for (size_t I : Epilogue)
+    emitGuard(I, Stats);
+
+  // 5. Success releases every new reference, newest first.
+  beginBlock("pass");
+  for (auto It = NewRefs.rbegin(); It != NewRefs.rend(); ++It)
+    emitRelease(It->second);
+  B.CreateRet(ConstantInt::get(I32, 1));
+
+  // The cleanup chain goes last, newest reference first, so the hot path is
+  // laid out straight and each release block falls into the older one.
+  for (auto It = ReleaseBlocks.rbegin(); It != ReleaseBlocks.rend(); ++It)
+    (*It)->moveAfter(&F->back());
+  CommonFail->insertInto(F);
+  return F;
+}
+
+Expected<Function *> lowerGuardSet(const BoundGuardSet &Set, Module &M,
+                                   StringRef Name, LoweringStats *Stats) {
+  LoweringStats Local;
+  Lowerer L(Set, M);
+  return L.run(Name, Stats ? *Stats : Local);
+}
+
+ArrayRef<RuntimeSymbol> runtimeSymbols() {
+#define GJ_SYM(Fn) {#Fn, reinterpret_cast<void *>(&Fn)}
+  static const RuntimeSymbol Symbols[] = {
+      GJ_SYM(gj_rt_dict_get_item),
+      GJ_SYM(gj_rt_generic_dict),
+      GJ_SYM(gj_rt_getattr),
+      GJ_SYM(gj_rt_generic_getattr),
+      GJ_SYM(gj_rt_code),
+      GJ_SYM(gj_rt_type),
+      GJ_SYM(gj_rt_tuple_get_item),
+      GJ_SYM(gj_rt_list_get_item),
+      GJ_SYM(gj_rt_get_item),
+      GJ_SYM(gj_rt_dict_key),
+      GJ_SYM(gj_rt_dict_value),
+      GJ_SYM(gj_rt_decref),
+      GJ_SYM(gj_rt_equals_match),
+      GJ_SYM(gj_rt_length_check),
+      GJ_SYM(gj_rt_dict_length),
+      GJ_SYM(gj_rt_dict_contains),
+      GJ_SYM(gj_rt_no_hasattr),
+      GJ_SYM(gj_rt_lambda),
+      GJ_SYM(gj_rt_dimension_marking),
+      GJ_SYM(gj_rt_default_device),
+      GJ_SYM(gj_rt_no_aliasing),
+      GJ_SYM(gj_rt_read_local_state),
+      GJ_SYM(gj_rt_tensor_match),
+      GJ_SYM(gj_rt_global_state),
+      GJ_SYM(gj_rt_torch_function_mode_stack),
+  };
+#undef GJ_SYM
+  return Symbols;
+}
+
+} // namespace guardjit

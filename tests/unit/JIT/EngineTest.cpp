@@ -1,0 +1,992 @@
+//===- EngineTest.cpp - JIT vs interpreter, differential ------------------===//
+//
+// Every test builds a guard set over hand-made CPython objects, compiles it
+// at each OptLevel and runs the native check and the interpreter on the same
+// frame locals, before and after mutating them. Each case also states the
+// answer Dynamo's semantics give, so a bug shared by both tiers still fails.
+//
+//===----------------------------------------------------------------------===//
+#include "guardjit/JIT/Engine.h"
+
+#include "guardjit/IR/GuardSet.h"
+#include "guardjit/Runtime/BoundGuardSet.h"
+#include "guardjit/Runtime/Interpreter.h"
+#include "guardjit/Runtime/Python.h"
+#include "guardjit/Runtime/TorchHooks.h"
+
+#include "gtest/gtest.h"
+
+#include <fstream>
+#include <thread>
+
+using namespace guardjit;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Embedded CPython and small helpers
+//===----------------------------------------------------------------------===//
+
+class PythonEnvironment : public ::testing::Environment {
+public:
+  void SetUp() override { Py_InitializeEx(0); }
+  // No Py_Finalize: objects bound by still-registered hooks would outlive it.
+};
+::testing::Environment *const PyEnv =
+    ::testing::AddGlobalTestEnvironment(new PythonEnvironment);
+
+/// An owned reference.
+class Ref {
+public:
+  Ref() = default;
+  explicit Ref(PyObject *P) : P(P) {}
+  Ref(Ref &&O) noexcept : P(std::exchange(O.P, nullptr)) {}
+  Ref &operator=(Ref &&O) noexcept {
+    std::swap(P, O.P);
+    return *this;
+  }
+  ~Ref() { Py_XDECREF(P); }
+  PyObject *get() const { return P; }
+  explicit operator bool() const { return P; }
+
+private:
+  PyObject *P = nullptr;
+};
+
+const char *const Prelude = R"py(
+import math
+
+class C:
+    def __init__(self):
+        self.a = 1.5
+        self.t = (10, 20, 30)
+        self.l = [40, 50]
+        self.d = {'k': 'v', 'n': None}
+
+    @property
+    def boom(self):
+        raise RuntimeError('boom')
+
+class C2(C):
+    pass
+
+class Dyn:
+    def __getattr__(self, name):
+        if name == 'dyn':
+            return 42
+        raise AttributeError(name)
+
+class BadEq:
+    def __eq__(self, other):
+        raise ValueError('eq')
+    __hash__ = object.__hash__
+
+class TSub(tuple):
+    pass
+
+class LSub(list):
+    pass
+
+def f(x):
+    return x
+
+def g(x):
+    return x
+
+def positive(x):
+    return x > 0
+
+def raising(x):
+    raise KeyError('no')
+
+def has_x(frame_locals):
+    return 'x' in frame_locals
+
+def bad_truth(x):
+    return BadBool()
+
+class BadBool:
+    def __bool__(self):
+        raise TypeError('no truth')
+
+gv = 'global value'
+)py";
+
+/// The namespace every test reads its objects from (borrowed, lives forever).
+PyObject *prelude() {
+  static PyObject *NS = [] {
+    PyObject *D = PyDict_New();
+    PyDict_SetItemString(D, "__builtins__", PyEval_GetBuiltins());
+    PyObject *R = PyRun_String(Prelude, Py_file_input, D, D);
+    if (!R)
+      PyErr_Print();
+    Py_XDECREF(R);
+    return D;
+  }();
+  return NS;
+}
+
+/// Evaluates a Python expression in the prelude namespace (new reference).
+Ref eval(const char *Expr) {
+  PyObject *R = PyRun_String(Expr, Py_eval_input, prelude(), prelude());
+  if (!R)
+    PyErr_Print();
+  EXPECT_NE(R, nullptr) << Expr;
+  return Ref(R);
+}
+
+/// Runs Python statements in the prelude namespace.
+void exec(const char *Src) {
+  PyObject *R = PyRun_String(Src, Py_file_input, prelude(), prelude());
+  if (!R)
+    PyErr_Print();
+  EXPECT_NE(R, nullptr) << Src;
+  Py_XDECREF(R);
+}
+
+/// Builds a guard set whose object table points at live objects.
+class SetBuilder {
+public:
+  SetBuilder() : S(std::make_shared<GuardSet>("test set")) {}
+
+  ObjectId object(PyObject *O, ObjectKind K = ObjectKind::Object,
+                  bool Strong = false) {
+    ObjectEntry E;
+    E.Kind = K;
+    E.Strong = Strong;
+    E.Address = reinterpret_cast<uintptr_t>(O);
+    Ref R(PyObject_Repr(O));
+    E.Repr = R ? PyUnicode_AsUTF8(R.get()) : "?";
+    PyErr_Clear();
+    Keep.emplace_back(Py_NewRef(O)); // the test keeps every object alive
+    return S->addObject(std::move(E));
+  }
+  ObjectId str(const char *Text) {
+    Ref R(PyUnicode_InternFromString(Text));
+    return object(R.get(), ObjectKind::Key, /*Strong=*/true);
+  }
+
+  ValueId local(const char *Name) {
+    Value V;
+    V.Kind = AccessorKind::FrameLocal;
+    V.Parent = GuardSet::root();
+    V.Name = Name;
+    V.Key = str(Name);
+    V.Source = std::string("L['") + Name + "']";
+    return S->getOrAddValue(std::move(V));
+  }
+  ValueId keyed(AccessorKind K, ValueId Parent, const char *Name) {
+    Value V;
+    V.Kind = K;
+    V.Parent = Parent;
+    V.Name = Name;
+    V.Key = str(Name);
+    V.Source = S->value(Parent).Source + "." + Name;
+    return S->getOrAddValue(std::move(V));
+  }
+  ValueId indexed(AccessorKind K, ValueId Parent, int64_t Index) {
+    Value V;
+    V.Kind = K;
+    V.Parent = Parent;
+    V.Index = Index;
+    V.Source = S->value(Parent).Source + "[" + std::to_string(Index) + "]";
+    return S->getOrAddValue(std::move(V));
+  }
+  ValueId unary(AccessorKind K, ValueId Parent) {
+    return indexed(K, Parent, -1);
+  }
+  ValueId globals(PyObject *Dict) {
+    Value V;
+    V.Kind = AccessorKind::Globals;
+    V.Parent = GuardSet::root();
+    V.Key = object(Dict, ObjectKind::Dict);
+    V.Source = "G";
+    return S->getOrAddValue(std::move(V));
+  }
+
+  void guard(GuardKind K, std::vector<ValueId> Ops, ObjectId Obj = InvalidId,
+             int64_t Int = 0) {
+    Guard G;
+    G.Kind = K;
+    G.Operands = std::move(Ops);
+    G.Object = Obj;
+    G.Int = Int;
+    G.Attrs.Source = G.Operands.empty() ? "" : S->value(G.Operands[0]).Source;
+    S->addGuard(std::move(G));
+  }
+
+  /// A TENSOR_MATCH whose spec names `PyType`; `Int` feeds the fake hooks.
+  void tensorGuard(ValueId Op, PyObject *PyType, int64_t Int) {
+    TensorSpec Spec;
+    Spec.PyType = object(PyType, ObjectKind::Type);
+    guard(GuardKind::TensorMatch, {Op}, InvalidId, Int);
+    S->guards().back().Tensor = S->addTensorSpec(std::move(Spec));
+  }
+
+  std::unique_ptr<BoundGuardSet> bind() {
+    std::string Error;
+    auto B = BoundGuardSet::bind(S, &Error);
+    EXPECT_TRUE(B) << Error;
+    return B;
+  }
+
+  std::shared_ptr<GuardSet> S;
+  std::vector<Ref> Keep;
+};
+
+std::string describe(PyObject *O) {
+  Ref R(PyObject_Repr(O));
+  std::string S = R ? PyUnicode_AsUTF8(R.get()) : "<repr failed>";
+  PyErr_Clear();
+  return S;
+}
+
+/// Runs the interpreter and the native check on `Locals`; reports any
+/// disagreement or leaked Python error; returns the native answer.
+bool both(const BoundGuardSet &BS, CheckFn Fn, PyObject *Locals) {
+  bool Interp = interpret(BS, Locals);
+  EXPECT_FALSE(PyErr_Occurred()) << "interpreter left an error set";
+  PyErr_Clear();
+  int Native = Fn(Locals);
+  EXPECT_FALSE(PyErr_Occurred()) << "native check left an error set";
+  PyErr_Clear();
+  EXPECT_TRUE(Native == 0 || Native == 1) << Native;
+  EXPECT_EQ(Native == 1, Interp) << "JIT and interpreter disagree on "
+                                 << describe(Locals);
+  return Native == 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Fixture: one engine per OptLevel
+//===----------------------------------------------------------------------===//
+
+class EngineTest : public ::testing::TestWithParam<OptLevel> {
+protected:
+  void SetUp() override {
+    prelude();
+    auto E = GuardJIT::create({GetParam(), /*VerifyIR=*/true});
+    ASSERT_TRUE(!!E) << toString(E.takeError());
+    JIT = std::move(*E);
+  }
+  void TearDown() override {
+    Checks.clear();
+    Bound.clear();
+    EXPECT_TRUE(JIT->takeReportedErrors().empty());
+  }
+
+  /// Binds and compiles; the fixture keeps both alive for the test.
+  std::pair<const BoundGuardSet *, CheckFn> build(SetBuilder &SB) {
+    auto BS = SB.bind();
+    if (!BS)
+      return {nullptr, nullptr};
+    auto C = JIT->compile(*BS);
+    if (!C) {
+      ADD_FAILURE() << toString(C.takeError());
+      return {nullptr, nullptr};
+    }
+    CheckFn Fn = (*C)->function();
+    EXPECT_NE(Fn, nullptr);
+    Bound.push_back(std::move(BS));
+    Checks.push_back(std::move(*C));
+    return {Bound.back().get(), Fn};
+  }
+
+  std::unique_ptr<GuardJIT> JIT;
+  // Destroyed checks first (TearDown), then the sets they bake in.
+  std::vector<std::unique_ptr<BoundGuardSet>> Bound;
+  std::vector<std::unique_ptr<CompiledCheck>> Checks;
+};
+
+#define BUILD(SB)                                                              \
+  auto [BS, Fn] = build(SB);                                                   \
+  ASSERT_TRUE(BS && Fn)
+
+TEST_P(EngineTest, TypeMatchIsExact) {
+  SetBuilder SB;
+  Ref IntType = eval("int");
+  SB.guard(GuardKind::TypeMatch, {SB.local("x")},
+           SB.object(IntType.get(), ObjectKind::Type));
+  BUILD(SB);
+  EXPECT_TRUE(both(*BS, Fn, eval("{'x': 3}").get()));
+  EXPECT_TRUE(both(*BS, Fn, eval("{'x': 10**30, 'y': 1}").get()));
+  EXPECT_FALSE(both(*BS, Fn, eval("{'x': True}").get())); // bool <: int
+  EXPECT_FALSE(both(*BS, Fn, eval("{'x': 3.0}").get()));
+  EXPECT_FALSE(both(*BS, Fn, eval("{'x': None}").get()));
+  EXPECT_FALSE(both(*BS, Fn, eval("{'y': 3}").get())); // missing key
+  EXPECT_FALSE(both(*BS, Fn, eval("{}").get()));
+}
+
+TEST_P(EngineTest, IdMatchAndConstantMatches) {
+  Ref Obj = eval("C()");
+  Ref Values = eval("[None, True, False, 0, 1, '', C(), C]");
+  PyObject *Kinds[] = {Py_None, Py_True, Py_False};
+  for (GuardKind K : {GuardKind::NoneMatch, GuardKind::TrueMatch,
+                      GuardKind::FalseMatch, GuardKind::NotNone,
+                      GuardKind::IdMatch}) {
+    SCOPED_TRACE(std::string(spelling(K)));
+    SetBuilder SB;
+    ObjectId O = K == GuardKind::IdMatch ? SB.object(Obj.get()) : InvalidId;
+    SB.guard(K, {SB.local("x")}, O);
+    BUILD(SB);
+    std::vector<PyObject *> Inputs;
+    for (Py_ssize_t I = 0; I < PyList_GET_SIZE(Values.get()); ++I)
+      Inputs.push_back(PyList_GET_ITEM(Values.get(), I));
+    Inputs.push_back(Obj.get());
+    for (PyObject *V : Inputs) {
+      Ref L(PyDict_New());
+      PyDict_SetItemString(L.get(), "x", V);
+      bool Expected = false;
+      switch (K) {
+      case GuardKind::NoneMatch:
+      case GuardKind::TrueMatch:
+      case GuardKind::FalseMatch:
+        Expected = V == Kinds[static_cast<int>(K) -
+                              static_cast<int>(GuardKind::NoneMatch)];
+        break;
+      case GuardKind::NotNone:
+        Expected = V != Py_None;
+        break;
+      default:
+        Expected = V == Obj.get();
+      }
+      EXPECT_EQ(both(*BS, Fn, L.get()), Expected) << describe(V);
+    }
+  }
+}
+
+TEST_P(EngineTest, EqualsMatch) {
+  struct Case {
+    const char *Constant;
+    const char *Input; // evaluated fresh: equal but usually not identical
+    bool Expected;
+  };
+  const Case Cases[] = {
+      {"2.5", "float('2.5')", true},
+      {"2.5", "2.5 + 1", false},
+      {"2.5", "2", false},          // different type: Dynamo fails fast
+      {"'abc'", "'ab' + 'c'", true},
+      {"'abc'", "b'abc'", false},
+      {"(1, 'a')", "(1, 'a' * 1)", true},
+      {"(1, 'a')", "[1, 'a']", false},
+      {"float('nan')", "float('nan')", false}, // nan != nan unless identical
+      {"10**20", "10**20", true},
+      {"BadEq()", "BadEq()", false}, // __eq__ raises: fail, error cleared
+  };
+  for (const Case &C : Cases) {
+    SCOPED_TRACE(std::string(C.Constant) + " vs " + C.Input);
+    Ref Constant = eval(C.Constant);
+    SetBuilder SB;
+    SB.guard(GuardKind::EqualsMatch, {SB.local("x")},
+             SB.object(Constant.get(), ObjectKind::Constant, true));
+    BUILD(SB);
+    Ref Same(PyDict_New());
+    PyDict_SetItemString(Same.get(), "x", Constant.get());
+    EXPECT_TRUE(both(*BS, Fn, Same.get())) << "identity must pass";
+    Ref Other = eval(C.Input);
+    Ref L(PyDict_New());
+    PyDict_SetItemString(L.get(), "x", Other.get());
+    EXPECT_EQ(both(*BS, Fn, L.get()), C.Expected);
+    EXPECT_FALSE(both(*BS, Fn, eval("{}").get()));
+  }
+}
+
+TEST_P(EngineTest, LengthAndContainerGuards) {
+  SetBuilder SB;
+  ValueId Seq = SB.local("seq"), D = SB.local("d"), O = SB.local("o");
+  SB.guard(GuardKind::LengthCheck, {Seq}, InvalidId, 3);
+  SB.guard(GuardKind::DictLength, {D}, InvalidId, 2);
+  SB.guard(GuardKind::DictContains, {D}, SB.str("k"), 1);
+  SB.guard(GuardKind::DictContains, {D}, SB.str("absent"), 0);
+  SB.guard(GuardKind::NoHasAttr, {O}, SB.str("_dynamo_dynamic_indices"));
+  BUILD(SB);
+  EXPECT_TRUE(both(*BS, Fn, eval("{'seq': (1,2,3), 'd': {'k': 1, 'j': 2}, "
+                                 "'o': C()}").get()));
+  EXPECT_TRUE(both(*BS, Fn, eval("{'seq': [1,2,3], 'd': {'k': 1, 'j': 2}, "
+                                 "'o': 1}").get()));
+  EXPECT_TRUE(both(*BS, Fn, eval("{'seq': 'abc', 'd': {'k': 1, 'j': 2}, "
+                                 "'o': 1}").get()));
+  EXPECT_FALSE(both(*BS, Fn, eval("{'seq': (1,2), 'd': {'k': 1, 'j': 2}, "
+                                  "'o': 1}").get()));
+  EXPECT_FALSE(both(*BS, Fn, eval("{'seq': 5, 'd': {'k': 1, 'j': 2}, "
+                                  "'o': 1}").get())); // len() raises
+  EXPECT_FALSE(both(*BS, Fn, eval("{'seq': (1,2,3), 'd': {'k': 1}, "
+                                  "'o': 1}").get()));
+  EXPECT_FALSE(both(*BS, Fn, eval("{'seq': (1,2,3), 'd': {'j': 1, 'm': 2}, "
+                                  "'o': 1}").get()));
+  EXPECT_FALSE(both(*BS, Fn, eval("{'seq': (1,2,3), "
+                                  "'d': {'k': 1, 'absent': 2}, 'o': 1}")
+                                 .get()));
+  EXPECT_FALSE(both(*BS, Fn, eval("{'seq': (1,2,3), 'd': [1, 2], "
+                                  "'o': 1}").get())); // not a dict
+  exec("o2 = C(); o2._dynamo_dynamic_indices = {0}");
+  EXPECT_FALSE(both(*BS, Fn, eval("{'seq': (1,2,3), 'd': {'k': 1, 'j': 2}, "
+                                  "'o': o2}").get()));
+}
+
+TEST_P(EngineTest, AttributeChainsFollowMutations) {
+  exec("c = C()");
+  Ref Obj = eval("c");
+  Ref FloatType = eval("float"), CType = eval("C"), Twenty = eval("20"),
+      V = eval("'v'");
+  SetBuilder SB;
+  ValueId Cv = SB.local("c");
+  ValueId A = SB.keyed(AccessorKind::GetAttr, Cv, "a");
+  SB.guard(GuardKind::TypeMatch, {A}, SB.object(FloatType.get()));
+  ValueId T = SB.keyed(AccessorKind::GetAttr, Cv, "t");
+  SB.guard(GuardKind::LengthCheck, {T}, InvalidId, 3);
+  SB.guard(GuardKind::EqualsMatch,
+           {SB.indexed(AccessorKind::TupleGetItem, T, 1)},
+           SB.object(Twenty.get(), ObjectKind::Constant, true));
+  ValueId Lst = SB.keyed(AccessorKind::GetAttr, Cv, "l");
+  SB.guard(GuardKind::NotNone, {SB.indexed(AccessorKind::ListGetItem, Lst, 1)});
+  ValueId Dict = SB.unary(AccessorKind::GenericDict, Cv);
+  ValueId D = SB.keyed(AccessorKind::DictGetItem, Dict, "d");
+  SB.guard(GuardKind::EqualsMatch, {SB.keyed(AccessorKind::GetItem, D, "k")},
+           SB.object(V.get(), ObjectKind::Constant, true));
+  SB.guard(GuardKind::NoneMatch, {SB.keyed(AccessorKind::DictGetItem, D, "n")});
+  SB.guard(GuardKind::IdMatch, {SB.unary(AccessorKind::Type, Cv)},
+           SB.object(CType.get(), ObjectKind::Type));
+  BUILD(SB);
+  Ref L = eval("{'c': c}");
+  EXPECT_TRUE(both(*BS, Fn, L.get()));
+
+  struct Mutation {
+    const char *Do, *Undo;
+    bool Expected;
+  };
+  const Mutation Mutations[] = {
+      {"c.a = 1", "c.a = 1.5", false},
+      {"del c.a", "c.a = 1.5", false},
+      {"c.t = (10, 21, 30)", "c.t = (10, 20, 30)", false},
+      {"c.t = (10,)", "c.t = (10, 20, 30)", false},        // index out of range
+      {"c.t = [10, 20, 30]", "c.t = (10, 20, 30)", false}, // not a tuple
+      {"c.t = TSub((10, 20, 30))", "c.t = (10, 20, 30)", true},
+      {"c.l = [1, None]", "c.l = [40, 50]", false},
+      {"c.l = [1]", "c.l = [40, 50]", false},
+      {"c.l = (1, 2)", "c.l = [40, 50]", false},
+      {"c.l = LSub([1, 2])", "c.l = [40, 50]", true},
+      {"c.d['k'] = 'w'", "c.d['k'] = 'v'", false},
+      {"del c.d['k']", "c.d['k'] = 'v'", false},
+      {"c.d['n'] = 0", "c.d['n'] = None", false},
+      {"c.d = {'k': 'v', 'n': None, 'extra': 1}", "c.d = {'k': 'v', 'n': None}",
+       true},
+      {"c.__class__ = C2", "c.__class__ = C", false}, // ob_type is mutable
+  };
+  for (const Mutation &M : Mutations) {
+    SCOPED_TRACE(M.Do);
+    exec(M.Do);
+    EXPECT_EQ(both(*BS, Fn, L.get()), M.Expected);
+    exec(M.Undo);
+    EXPECT_TRUE(both(*BS, Fn, L.get()));
+  }
+  // A different object of another class fails at type() and getattr.
+  EXPECT_FALSE(both(*BS, Fn, eval("{'c': Dyn()}").get()));
+  EXPECT_FALSE(both(*BS, Fn, eval("{'c': 1}").get()));
+}
+
+TEST_P(EngineTest, RaisingAndDynamicGetattr) {
+  SetBuilder SB;
+  ValueId O = SB.local("o");
+  SB.guard(GuardKind::NotNone, {SB.keyed(AccessorKind::GetAttr, O, "dyn")});
+  BUILD(SB);
+  EXPECT_TRUE(both(*BS, Fn, eval("{'o': Dyn()}").get())); // __getattr__
+  EXPECT_FALSE(both(*BS, Fn, eval("{'o': C()}").get()));  // AttributeError
+
+  SetBuilder SB2;
+  SB2.guard(GuardKind::NotNone,
+            {SB2.keyed(AccessorKind::GetAttr, SB2.local("o"), "boom")});
+  auto [BS2, Fn2] = build(SB2);
+  ASSERT_TRUE(BS2 && Fn2);
+  EXPECT_FALSE(both(*BS2, Fn2, eval("{'o': C()}").get())); // RuntimeError
+
+  // object.__getattribute__ does not fall back to __getattr__.
+  SetBuilder SB3;
+  SB3.guard(GuardKind::NotNone,
+            {SB3.keyed(AccessorKind::GenericGetAttr, SB3.local("o"), "dyn")});
+  auto [BS3, Fn3] = build(SB3);
+  ASSERT_TRUE(BS3 && Fn3);
+  EXPECT_FALSE(both(*BS3, Fn3, eval("{'o': Dyn()}").get()));
+  exec("gd = Dyn(); gd.dyn = 7");
+  EXPECT_TRUE(both(*BS3, Fn3, eval("{'o': gd}").get()));
+}
+
+TEST_P(EngineTest, NewReferencesAreReleasedOnEveryPath) {
+  // `a` is read with getattr (a new reference); the later guard on `b`
+  // decides pass or fail, so both the success and the cleanup chain run.
+  exec("r = C(); r.a = float('7.25'); r.b = 1; r.t = (float('1.5'),)");
+  Ref Attr = eval("r.a"), Item = eval("r.t[0]"), Tup = eval("r.t");
+  SetBuilder SB;
+  ValueId R = SB.local("r");
+  ValueId A = SB.keyed(AccessorKind::GetAttr, R, "a");
+  ValueId T = SB.keyed(AccessorKind::GetAttr, R, "t");
+  Ref One = eval("1"), FloatType = eval("float");
+  SB.guard(GuardKind::TypeMatch, {A}, SB.object(FloatType.get()));
+  SB.guard(GuardKind::TypeMatch, {SB.indexed(AccessorKind::TupleGetItem, T, 0)},
+           SB.object(FloatType.get()));
+  SB.guard(GuardKind::EqualsMatch,
+           {SB.keyed(AccessorKind::GetItem,
+                     SB.unary(AccessorKind::GenericDict, R), "b")},
+           SB.object(One.get(), ObjectKind::Constant, true));
+  BUILD(SB);
+  Ref L = eval("{'r': r}");
+  Py_ssize_t Before[] = {Py_REFCNT(Attr.get()), Py_REFCNT(Tup.get()),
+                         Py_REFCNT(Item.get())};
+  auto ExpectNoLeak = [&] {
+    EXPECT_EQ(Py_REFCNT(Attr.get()), Before[0]);
+    EXPECT_EQ(Py_REFCNT(Tup.get()), Before[1]);
+    EXPECT_EQ(Py_REFCNT(Item.get()), Before[2]);
+  };
+  for (int I = 0; I < 10; ++I)
+    EXPECT_TRUE(both(*BS, Fn, L.get()));
+  ExpectNoLeak();
+  exec("r.b = 2");
+  for (int I = 0; I < 10; ++I)
+    EXPECT_FALSE(both(*BS, Fn, L.get()));
+  ExpectNoLeak();
+  exec("del r.b");
+  EXPECT_FALSE(both(*BS, Fn, L.get()));
+  ExpectNoLeak();
+  exec("r.b = 1");
+  EXPECT_TRUE(both(*BS, Fn, L.get()));
+  ExpectNoLeak();
+  // The temporary returned by a property must be freed, not leaked: a
+  // weakref to it dies as soon as the check returns.
+  exec("import weakref\n"
+       "class P:\n"
+       "    made = []\n"
+       "    @property\n"
+       "    def fresh(self):\n"
+       "        o = C(); P.made.append(weakref.ref(o)); return o\n"
+       "p = P()");
+  SetBuilder SB2;
+  SB2.guard(GuardKind::NoneMatch,
+            {SB2.keyed(AccessorKind::GetAttr, SB2.local("p"), "fresh")});
+  auto [BS2, Fn2] = build(SB2);
+  ASSERT_TRUE(BS2 && Fn2);
+  Ref PL = eval("{'p': p}");
+  EXPECT_FALSE(both(*BS2, Fn2, PL.get()));
+  Ref Dead = eval("all(w() is None for w in P.made) and len(P.made) == 2");
+  EXPECT_EQ(Dead.get(), Py_True);
+}
+
+TEST_P(EngineTest, CodeTypeDictItemsAndGlobals) {
+  Ref FCode = eval("f.__code__"), Key0 = eval("'first'"), Gv = eval("gv");
+  SetBuilder SB;
+  SB.guard(GuardKind::IdMatch, {SB.unary(AccessorKind::Code, SB.local("fn"))},
+           SB.object(FCode.get()));
+  ValueId D = SB.local("d");
+  SB.guard(GuardKind::EqualsMatch, {SB.indexed(AccessorKind::DictKey, D, 0)},
+           SB.object(Key0.get(), ObjectKind::Constant, true));
+  SB.guard(GuardKind::TrueMatch, {SB.indexed(AccessorKind::DictValue, D, 1)});
+  ValueId G = SB.globals(prelude());
+  SB.guard(GuardKind::EqualsMatch,
+           {SB.keyed(AccessorKind::DictGetItem, G, "gv")},
+           SB.object(Gv.get(), ObjectKind::Constant, true));
+  BUILD(SB);
+  EXPECT_TRUE(both(*BS, Fn, eval("{'fn': f, 'd': {'first': 0, 's': True}}")
+                                .get()));
+  EXPECT_FALSE(both(*BS, Fn, eval("{'fn': g, 'd': {'first': 0, 's': True}}")
+                                 .get()));
+  EXPECT_FALSE(both(*BS, Fn, eval("{'fn': 1, 'd': {'first': 0, 's': True}}")
+                                 .get()));
+  EXPECT_FALSE(both(*BS, Fn, eval("{'fn': f, 'd': {'s': True, 'first': 0}}")
+                                 .get())); // key order matters
+  EXPECT_FALSE(both(*BS, Fn, eval("{'fn': f, 'd': {'first': 0}}").get()));
+  exec("gv = 'changed'");
+  EXPECT_FALSE(both(*BS, Fn, eval("{'fn': f, 'd': {'first': 0, 's': True}}")
+                                 .get()));
+  exec("gv = 'global ' + 'value'");
+  EXPECT_TRUE(both(*BS, Fn, eval("{'fn': f, 'd': {'first': 0, 's': True}}")
+                                .get()));
+}
+
+TEST_P(EngineTest, LambdasAndEpilogue) {
+  Ref Pos = eval("positive"), Raising = eval("raising"), HasX = eval("has_x"),
+      BadTruth = eval("bad_truth");
+  SetBuilder SB;
+  SB.guard(GuardKind::Lambda, {SB.local("x")},
+           SB.object(Pos.get(), ObjectKind::Callable, true));
+  SB.guard(GuardKind::EpilogueLambda, {},
+           SB.object(HasX.get(), ObjectKind::Callable, true));
+  BUILD(SB);
+  EXPECT_TRUE(both(*BS, Fn, eval("{'x': 3}").get()));
+  EXPECT_FALSE(both(*BS, Fn, eval("{'x': -3}").get()));
+  EXPECT_FALSE(both(*BS, Fn, eval("{'x': 'a'}").get())); // raises TypeError
+
+  SetBuilder SB2;
+  ValueId X = SB2.local("x");
+  SB2.guard(GuardKind::Lambda, {X},
+            SB2.object(Raising.get(), ObjectKind::Callable, true));
+  auto [BS2, Fn2] = build(SB2);
+  ASSERT_TRUE(BS2 && Fn2);
+  EXPECT_FALSE(both(*BS2, Fn2, eval("{'x': 3}").get()));
+
+  // A result whose __bool__ raises counts as true: Dynamo's LAMBDA_GUARD
+  // takes PyObject_IsTrue's -1 as truthy (the interpreter keeps that quirk,
+  // with the error cleared). Both tiers must say so without an error set.
+  SetBuilder SB3;
+  SB3.guard(GuardKind::Lambda, {SB3.local("x")},
+            SB3.object(BadTruth.get(), ObjectKind::Callable, true));
+  auto [BS3, Fn3] = build(SB3);
+  ASSERT_TRUE(BS3 && Fn3);
+  EXPECT_TRUE(both(*BS3, Fn3, eval("{'x': 3}").get()));
+  EXPECT_FALSE(both(*BS3, Fn3, eval("{'y': 3}").get()));
+
+  // The epilogue sees the frame locals dict itself.
+  SetBuilder SB4;
+  SB4.guard(GuardKind::EpilogueLambda, {},
+            SB4.object(HasX.get(), ObjectKind::Callable, true));
+  auto [BS4, Fn4] = build(SB4);
+  ASSERT_TRUE(BS4 && Fn4);
+  EXPECT_TRUE(both(*BS4, Fn4, eval("{'x': None}").get()));
+  EXPECT_FALSE(both(*BS4, Fn4, eval("{'y': None}").get()));
+}
+
+TEST_P(EngineTest, NoTensorAliasingReadsAllOperands) {
+  SetBuilder SB;
+  SB.guard(GuardKind::NoTensorAliasing,
+           {SB.local("a"), SB.local("b"), SB.local("c")});
+  BUILD(SB);
+  exec("o1, o2, o3 = C(), C(), C()");
+  EXPECT_TRUE(both(*BS, Fn, eval("{'a': o1, 'b': o2, 'c': o3}").get()));
+  EXPECT_FALSE(both(*BS, Fn, eval("{'a': o1, 'b': o2, 'c': o1}").get()));
+  EXPECT_FALSE(both(*BS, Fn, eval("{'a': o2, 'b': o2, 'c': o3}").get()));
+  EXPECT_FALSE(both(*BS, Fn, eval("{'a': o1, 'b': o2}").get()));
+}
+
+//===----------------------------------------------------------------------===//
+// Torch guards through a fake TorchHooks table
+//===----------------------------------------------------------------------===//
+
+// A "tensor" is an int; it matches when it equals the guard's Int plus the
+// thread-local Included bits, which proves LocalState reaches the hook.
+uint64_t FakeIncluded = 0;
+int FakeGlobalOk = 1, FakeModeStackOk = 1;
+int LocalStateReads = 0;
+
+void fakeReadLocalState(LocalState *S) {
+  ++LocalStateReads;
+  S->Included = FakeIncluded;
+  S->Excluded = 0;
+}
+int fakeTensorMatch(PyObject *V, const void *Payload, const LocalState *S) {
+  if (!PyLong_CheckExact(V))
+    return 0;
+  long long X = PyLong_AsLongLong(V);
+  return X == *static_cast<const int64_t *>(Payload) +
+                  static_cast<int64_t>(S->Included);
+}
+int fakeGlobalState(const void *) { return FakeGlobalOk; }
+int fakeModeStack(const void *) { return FakeModeStackOk; }
+void *fakePrepare(const GuardSet &, const Guard &G, PyObject *const *,
+                  std::string *) {
+  return new int64_t(G.Int);
+}
+void fakeRelease(const Guard &, void *P) { delete static_cast<int64_t *>(P); }
+const TorchHooks FakeHooks = {fakeReadLocalState, fakeTensorMatch,
+                              fakeGlobalState,    fakeModeStack,
+                              fakePrepare,        fakeRelease};
+
+TEST_P(EngineTest, TorchGuardsGoThroughHooks) {
+  setTorchHooks(&FakeHooks);
+  SetBuilder SB;
+  Ref Modes = eval("[]"); // the mode types; only the fake hook reads them
+  SB.guard(GuardKind::GlobalState, {});
+  SB.guard(GuardKind::TorchFunctionModeStack, {},
+           SB.object(Modes.get(), ObjectKind::State, true));
+  Ref IntType = eval("int");
+  SB.tensorGuard(SB.local("t"), IntType.get(), 100);
+  SB.tensorGuard(SB.local("u"), IntType.get(), 200);
+  auto [BS, Fn] = build(SB);
+  ASSERT_TRUE(BS && Fn);
+  EXPECT_TRUE(BS->needsLocalState());
+  Ref L = eval("{'t': 100, 'u': 200}");
+  FakeIncluded = 0;
+  EXPECT_TRUE(both(*BS, Fn, L.get()));
+  int Reads = LocalStateReads;
+  Fn(L.get());
+  EXPECT_EQ(LocalStateReads, Reads + 1) << "LocalState is read once per check";
+  FakeIncluded = 1;
+  EXPECT_FALSE(both(*BS, Fn, L.get()));
+  EXPECT_TRUE(both(*BS, Fn, eval("{'t': 101, 'u': 201}").get()));
+  FakeIncluded = 0;
+  FakeGlobalOk = 0;
+  EXPECT_FALSE(both(*BS, Fn, L.get()));
+  FakeGlobalOk = 1;
+  FakeModeStackOk = 0;
+  EXPECT_FALSE(both(*BS, Fn, L.get()));
+  FakeModeStackOk = 1;
+  EXPECT_FALSE(both(*BS, Fn, eval("{'t': 100, 'u': 200.0}").get()));
+  EXPECT_TRUE(both(*BS, Fn, L.get()));
+  Checks.clear();
+  Bound.clear(); // payloads are released through the hooks while installed
+  setTorchHooks(nullptr);
+}
+
+//===----------------------------------------------------------------------===//
+// A larger set: every kind at once, one mutation at a time
+//===----------------------------------------------------------------------===//
+
+TEST_P(EngineTest, ManyLocalsOneMutationAtATime) {
+  // 60 locals of mixed types, each with the guards Dynamo would put on it.
+  exec("import copy\n"
+       "big = {}\n"
+       "for i in range(60):\n"
+       "    k = i % 5\n"
+       "    if k == 0: v = i * 1.25\n"
+       "    elif k == 1: v = 'name%d' % i\n"
+       "    elif k == 2: v = (i, i + 1)\n"
+       "    elif k == 3: v = C()\n"
+       "    else: v = None\n"
+       "    big['x%d' % i] = v\n"
+       "broken = {}\n"
+       "for name, v in big.items():\n"
+       "    if v is None: broken[name] = 0\n"
+       "    elif isinstance(v, float): broken[name] = v + 1\n"
+       "    elif isinstance(v, str): broken[name] = v + '!'\n"
+       "    elif isinstance(v, tuple): broken[name] = (v[0], -1)\n"
+       "    else:\n"
+       "        o = C(); o.a = 'not a float'; broken[name] = o\n");
+  Ref Big = eval("big"), FloatType = eval("float"), StrType = eval("str"),
+      TupleType = eval("tuple"), CType = eval("C");
+  SetBuilder SB;
+  std::vector<Ref> Consts;
+  for (int I = 0; I < 60; ++I) {
+    std::string Name = "x" + std::to_string(I);
+    ValueId X = SB.local(Name.c_str());
+    PyObject *V = PyDict_GetItemString(Big.get(), Name.c_str());
+    switch (I % 5) {
+    case 0:
+      SB.guard(GuardKind::TypeMatch, {X}, SB.object(FloatType.get()));
+      SB.guard(GuardKind::EqualsMatch, {X},
+               SB.object(V, ObjectKind::Constant, true));
+      break;
+    case 1:
+      SB.guard(GuardKind::TypeMatch, {X}, SB.object(StrType.get()));
+      SB.guard(GuardKind::EqualsMatch, {X},
+               SB.object(V, ObjectKind::Constant, true));
+      break;
+    case 2: {
+      SB.guard(GuardKind::TypeMatch, {X}, SB.object(TupleType.get()));
+      SB.guard(GuardKind::LengthCheck, {X}, InvalidId, 2);
+      Consts.push_back(Ref(PyLong_FromLong(I + 1)));
+      SB.guard(GuardKind::EqualsMatch,
+               {SB.indexed(AccessorKind::TupleGetItem, X, 1)},
+               SB.object(Consts.back().get(), ObjectKind::Constant, true));
+      break;
+    }
+    case 3: {
+      SB.guard(GuardKind::IdMatch, {SB.unary(AccessorKind::Type, X)},
+               SB.object(CType.get()));
+      ValueId A = SB.keyed(AccessorKind::GetAttr, X, "a");
+      SB.guard(GuardKind::TypeMatch, {A}, SB.object(FloatType.get()));
+      SB.guard(GuardKind::NotNone, {A});
+      break;
+    }
+    default:
+      SB.guard(GuardKind::NoneMatch, {X});
+    }
+  }
+  BUILD(SB);
+  EXPECT_TRUE(both(*BS, Fn, Big.get()));
+  Ref Broken = eval("broken");
+  for (int I = 0; I < 60; ++I) {
+    std::string Name = "x" + std::to_string(I);
+    SCOPED_TRACE(Name);
+    Ref L(PyDict_Copy(Big.get()));
+    PyDict_SetItemString(L.get(), Name.c_str(),
+                         PyDict_GetItemString(Broken.get(), Name.c_str()));
+    EXPECT_FALSE(both(*BS, Fn, L.get()));
+    PyDict_DelItemString(L.get(), Name.c_str());
+    EXPECT_FALSE(both(*BS, Fn, L.get()));
+  }
+  EXPECT_TRUE(both(*BS, Fn, Big.get()));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllLevels, EngineTest,
+                         ::testing::Values(OptLevel::O0, OptLevel::Light,
+                                           OptLevel::O2),
+                         [](const auto &Info) -> std::string {
+                           switch (Info.param) {
+                           case OptLevel::O0:
+                             return "O0";
+                           case OptLevel::Light:
+                             return "Light";
+                           case OptLevel::O2:
+                             return "O2";
+                           }
+                           return "?";
+                         });
+
+//===----------------------------------------------------------------------===//
+// Engine mechanics
+//===----------------------------------------------------------------------===//
+
+/// Virtual memory of the process in bytes: JITLink maps code and data pages
+/// with mmap, outside malloc, so leaked modules show up here one by one.
+size_t virtualBytes() {
+  std::ifstream In("/proc/self/statm");
+  size_t Pages = 0;
+  In >> Pages;
+  return Pages * 4096;
+}
+
+std::shared_ptr<GuardSet> smallSet(SetBuilder &SB) {
+  Ref IntType = eval("int");
+  ValueId X = SB.local("x");
+  SB.guard(GuardKind::TypeMatch, {X}, SB.object(IntType.get()));
+  SB.guard(GuardKind::NotNone, {SB.keyed(AccessorKind::GetAttr, X, "real")});
+  return SB.S;
+}
+
+TEST(EngineMechanics, RemovingTrackersFreesCode) {
+  prelude();
+  auto E = GuardJIT::create({OptLevel::O0, /*VerifyIR=*/true});
+  ASSERT_TRUE(!!E) << toString(E.takeError());
+  GuardJIT &JIT = **E;
+  SetBuilder SB;
+  smallSet(SB);
+  auto BS = SB.bind();
+  ASSERT_TRUE(BS);
+  Ref L = eval("{'x': 5}");
+
+  auto CompileOnce = [&]() -> std::unique_ptr<CompiledCheck> {
+    auto C = JIT.compile(*BS);
+    if (!C) {
+      ADD_FAILURE() << toString(C.takeError());
+      return nullptr;
+    }
+    EXPECT_EQ((*C)->function()(L.get()), 1);
+    return std::move(*C);
+  };
+  // Destroying a check removes its symbol.
+  {
+    auto C = CompileOnce();
+    ASSERT_TRUE(C);
+    std::string Sym = C->symbol();
+    auto Found = JIT.lookup(Sym);
+    ASSERT_TRUE(!!Found) << toString(Found.takeError());
+    EXPECT_EQ(*Found, C->function());
+    C.reset();
+    auto Gone = JIT.lookup(Sym);
+    EXPECT_FALSE(!!Gone);
+    consumeError(Gone.takeError());
+    JIT.takeReportedErrors(); // the failed lookup above may report
+  }
+
+  // Compile/destroy many times: the address space stays flat. The same loop
+  // keeping its checks alive grows by at least a page per module, which
+  // shows the measurement can see a leak.
+  constexpr int N = 400;
+  for (int I = 0; I < 50; ++I) // warm up allocator pools
+    CompileOnce();
+  size_t Before = virtualBytes();
+  for (int I = 0; I < N; ++I)
+    ASSERT_TRUE(CompileOnce());
+  size_t Freed = virtualBytes() - std::min(virtualBytes(), Before);
+  std::vector<std::unique_ptr<CompiledCheck>> Alive;
+  Before = virtualBytes();
+  for (int I = 0; I < N; ++I)
+    Alive.push_back(CompileOnce());
+  size_t Kept = virtualBytes() - std::min(virtualBytes(), Before);
+  EXPECT_GE(Kept, size_t(N) * 4096) << "leak detector is blind";
+  EXPECT_LT(Freed, Kept / 4) << "removed modules still hold memory";
+  Alive.clear();
+  EXPECT_TRUE(JIT.takeReportedErrors().empty());
+}
+
+TEST(EngineMechanics, EmitsReadableLLVMAndAssembly) {
+  prelude();
+  auto E = GuardJIT::create({OptLevel::O0, /*VerifyIR=*/true});
+  ASSERT_TRUE(!!E) << toString(E.takeError());
+  SetBuilder SB;
+  smallSet(SB);
+  Ref Const = eval("3.5");
+  SB.guard(GuardKind::EqualsMatch, {SB.local("y")},
+           SB.object(Const.get(), ObjectKind::Constant, true));
+  auto BS = SB.bind();
+  ASSERT_TRUE(BS);
+  auto IR = (*E)->emitLLVM(*BS);
+  ASSERT_TRUE(!!IR) << toString(IR.takeError());
+  for (const char *Expected :
+       {"define i32 @gj_check_test_set_", "v1.frame_local:", "g0.type_match:",
+        "v2.getattr:", "g1.not_none:", "g2.equals_match:",
+        "call i32 @gj_rt_equals_match", "call ptr @gj_rt_getattr",
+        "fail.release.v2:", "call void @gj_rt_decref", "pass:", "fail:",
+        "!prof"})
+    EXPECT_NE(IR->find(Expected), std::string::npos)
+        << Expected << " not in:\n"
+        << *IR;
+  auto Asm = (*E)->emitAssembly(*BS);
+  ASSERT_TRUE(!!Asm) << toString(Asm.takeError());
+  EXPECT_NE(Asm->find("gj_check_test_set_"), std::string::npos) << *Asm;
+  EXPECT_NE(Asm->find("gj_rt_getattr"), std::string::npos) << *Asm;
+}
+
+TEST(EngineMechanics, MalformedIRIsAnErrorNotACrash) {
+  prelude();
+  auto E = GuardJIT::create({OptLevel::O0, /*VerifyIR=*/true});
+  ASSERT_TRUE(!!E) << toString(E.takeError());
+  SetBuilder SB;
+  Ref IntType = eval("int");
+  SB.guard(GuardKind::TypeMatch, {SB.local("x")}, SB.object(IntType.get()));
+  SB.guard(GuardKind::NotNone, {SB.local("y")});
+  auto BS = SB.bind();
+  ASSERT_TRUE(BS);
+  // The IR is shared with the binding; a host that edits it afterwards must
+  // get an error from the lowering, not a crash or a wild read.
+  ObjectId TypeObj = SB.S->guards()[0].Object;
+  SB.S->guards()[0].Object = 99;
+  auto C = (*E)->compile(*BS);
+  ASSERT_FALSE(!!C);
+  std::string Msg = toString(C.takeError());
+  EXPECT_NE(Msg.find("type_match"), std::string::npos) << Msg;
+  EXPECT_NE(Msg.find("L['x']"), std::string::npos) << Msg;
+  SB.S->guards()[0].Object = TypeObj;
+  SB.S->guards()[1].Operands = {77};
+  auto C2 = (*E)->emitLLVM(*BS);
+  ASSERT_FALSE(!!C2);
+  Msg = toString(C2.takeError());
+  EXPECT_NE(Msg.find("operand 77"), std::string::npos) << Msg;
+}
+
+TEST(EngineMechanics, CompilesFromSeveralThreadsWithoutTheGIL) {
+  prelude();
+  auto E = GuardJIT::create({OptLevel::Light, /*VerifyIR=*/true});
+  ASSERT_TRUE(!!E) << toString(E.takeError());
+  GuardJIT &JIT = **E;
+  std::vector<SetBuilder> Builders(8);
+  std::vector<std::unique_ptr<BoundGuardSet>> Sets;
+  for (SetBuilder &SB : Builders) {
+    smallSet(SB);
+    Sets.push_back(SB.bind());
+    ASSERT_TRUE(Sets.back());
+  }
+  std::vector<std::unique_ptr<CompiledCheck>> Results(Sets.size());
+  std::vector<std::string> Errors(Sets.size());
+  PyThreadState *Saved = PyEval_SaveThread(); // compile() needs no GIL
+  std::vector<std::thread> Threads;
+  for (size_t T = 0; T < 2; ++T)
+    Threads.emplace_back([&, T] {
+      for (size_t I = T; I < Sets.size(); I += 2) {
+        auto C = JIT.compile(*Sets[I]);
+        if (C)
+          Results[I] = std::move(*C);
+        else
+          Errors[I] = toString(C.takeError());
+      }
+    });
+  for (std::thread &T : Threads)
+    T.join();
+  PyEval_RestoreThread(Saved);
+  Ref Good = eval("{'x': 5}"), Bad = eval("{'x': 5.0}");
+  for (size_t I = 0; I < Sets.size(); ++I) {
+    ASSERT_TRUE(Results[I]) << Errors[I];
+    EXPECT_TRUE(both(*Sets[I], Results[I]->function(), Good.get()));
+    EXPECT_FALSE(both(*Sets[I], Results[I]->function(), Bad.get()));
+    EXPECT_EQ(Results[I]->stats().NumGuards, 2u);
+    EXPECT_EQ(Results[I]->stats().NumInlined, 2u);
+  }
+}
+
+} // namespace
