@@ -64,9 +64,8 @@ def run_model(case: models.ModelCase, backend: str = "eager", rounds: int = 31,
     plugin.config.opt_level = opt_level
     try:
         compiled = guardjit.compile(case.model, backend=backend)
-        args = case.make_input()
-        with torch.no_grad():
-            compiled(*args)
+        # Default grad mode: the measurements and mutations below run in it.
+        compiled(*case.make_input())
         units = plugin.units()
     finally:
         plugin.config.keep_frame_locals = False
@@ -81,6 +80,10 @@ def run_model(case: models.ModelCase, backend: str = "eager", rounds: int = 31,
     ratios: list[timing.ABResult] = []
     for u in converted:
         f_locals = u.f_locals
+        # Time the passing path (a hit, as in a serving loop): same global
+        # state as at compile time, same frame locals for both.
+        if not (u.dynamo_root.check(f_locals) and u.native_root.check(f_locals)):
+            raise RuntimeError(f"{case.name}: a check fails on its own compile-time frame locals")
         r = timing.interleaved(lambda: u.dynamo_root.check(f_locals),
                                lambda: u.native_root.check(f_locals), rounds=rounds)
         ratios.append(r)

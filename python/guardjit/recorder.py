@@ -212,6 +212,12 @@ def _obj_from_id(rec: Recording, vid: int, example: Any, obj_id: int, want_type:
     raise LookupError(f"cannot recover the object of id {obj_id:#x}")
 
 
+# Root guards over ambient state and epilogue guards (which receive the frame
+# locals dict) have no operand value.
+_NO_OPERAND = frozenset({"global_state", "default_device", "torch_function_mode_stack",
+                         "epilogue_lambda"})
+
+
 def _add(rec: Recording, mgr: Any, kind: str, torch_kind: str, parts: Any, stack: Any,
          dedup: bool = False, **fields: Any) -> None:
     vid, example = _node(rec, mgr)
@@ -225,7 +231,8 @@ def _add(rec: Recording, mgr: Any, kind: str, torch_kind: str, parts: Any, stack
         rec.present.add((vid, torch_kind))
     file, line = _user_loc(stack)
     source = rec.nodes[id(mgr)][0].get_source() if vid else "L"
-    rec.ir.add_guard(kind, [vid], source=source, file=file, line=line,
+    operands = [] if kind in _NO_OPERAND else [vid]
+    rec.ir.add_guard(kind, operands, source=source, file=file, line=line,
                      verbose=_first(parts), **fields)
     rec.recorded_kinds[torch_kind] = rec.recorded_kinds.get(torch_kind, 0) + 1
 
