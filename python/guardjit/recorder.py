@@ -148,8 +148,8 @@ _ACCESSORS: dict[str, tuple[str, tuple[str, ...]]] = {
     "generic_getattr_manager": ("generic_getattr", ("attr", "source", "example_value", "guard_manager_enum")),
     "code_manager": ("code", ("source", "example_value", "guard_manager_enum")),
     "type_manager": ("type", ("source", "example_value", "guard_manager_enum")),
-    "tuple_getitem_manager": ("tuple_get_item", ("index", "source", "example_value", "guard_manager_enum")),
-    "list_getitem_manager": ("list_get_item", ("index", "source", "example_value", "guard_manager_enum")),
+    "tuple_getitem_manager": ("tuple_get_item", ("key", "source", "example_value", "guard_manager_enum")),
+    "list_getitem_manager": ("list_get_item", ("key", "source", "example_value", "guard_manager_enum")),
     "getitem_manager": ("get_item", ("key", "source", "example_value", "guard_manager_enum")),
     "get_key_manager": ("dict_key", ("index", "source", "example_value", "guard_manager_enum")),
     "get_value_manager": ("dict_value", ("index", "source", "example_value", "guard_manager_enum")),
@@ -189,7 +189,9 @@ def _on_accessor(method: str, mgr: Any, child: Any, args: tuple, kwargs: dict) -
     elif kind in ("getattr", "generic_getattr"):
         name = str(a["attr"])
         key = rec.object_id("key", a["attr"], True)
-    elif kind in ("tuple_get_item", "list_get_item", "dict_key", "dict_value"):
+    elif kind in ("tuple_get_item", "list_get_item"):
+        index = int(a["key"])
+    elif kind in ("dict_key", "dict_value"):
         index = int(a["index"])
     vid = rec.ir.add_value(kind, parent, source, name, index, key)
     rec.nodes[id(child)] = (child, vid, example)

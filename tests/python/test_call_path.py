@@ -57,9 +57,11 @@ def test_same_outputs_recompiles_and_cache_entries(name):
     assert [label for label, _ in gj_out] == [label for label, _ in torch_out]
     for (label, a), (_, b) in zip(torch_out, gj_out):
         assert torch.equal(a, b), label
+    # Every compile unit (a frame may compile without a graph, so there can
+    # be more units than backend calls) runs guardjit's native check.
     units = plugin.units()
-    assert len(units) == gj_frames, "every compiled frame must be seen"
-    assert all(u.status == "native" for u in units), [u.reason for u in units]
+    assert len(units) >= gj_frames
+    assert [u.reason for u in units if u.status != "native"] == []
 
 
 def test_native_check_is_what_dynamo_runs():
