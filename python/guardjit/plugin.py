@@ -23,6 +23,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import logging
 import os
 import threading
 import time
@@ -36,6 +37,16 @@ from torch._guards import CompileContext
 from guardjit import _core, recorder
 
 _PYTHON_GUARDS = ("LAMBDA_GUARD",)
+
+# GUARDJIT_LOGS=info|debug prints each conversion (debug) and each compile
+# unit left on Dynamo's path with its reason (info), like TORCH_LOGS.
+log = logging.getLogger("guardjit")
+if os.environ.get("GUARDJIT_LOGS"):
+    _handler = logging.StreamHandler()
+    _handler.setFormatter(logging.Formatter("[guardjit] %(message)s"))
+    log.addHandler(_handler)
+    log.setLevel(os.environ["GUARDJIT_LOGS"].upper()
+                 if os.environ["GUARDJIT_LOGS"].upper() in ("DEBUG", "INFO", "WARNING") else "INFO")
 
 
 @dataclasses.dataclass
@@ -130,6 +141,7 @@ def _is_active() -> bool:
 
 
 def _fallback(name: str, guards: int, reason: str, code: Any = None) -> None:
+    log.info("compile unit %s (%d guards) stays on Dynamo's path: %s", name, guards, reason)
     _counters["units_dynamo"] += 1
     _counters["guards_total"] += guards
     _reasons[reason] += 1
@@ -190,6 +202,8 @@ def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
     wrapper.root = new_root
 
     status = "native" if native is not None else "interpreter"
+    log.debug("compile unit %s: %d guards checked by guardjit (%s, %.1f ms JIT, %d Python)",
+              compile_id, total, status, compile_ms, python_guards)
     _counters[f"units_{status}"] += 1
     _counters["guards_total"] += total
     _counters["guards_native"] += total - python_guards
