@@ -31,6 +31,7 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
+#include <cstddef>
 
 using namespace llvm;
 
@@ -41,6 +42,13 @@ static_assert(sizeof(LocalState) == 16 && alignof(LocalState) == 8 &&
                   offsetof(LocalState, Included) == 0 &&
                   offsetof(LocalState, Excluded) == 8,
               "LocalState is lowered as [2 x i64]");
+
+// The generated code reads DictReadCache slots as {ptr, i64, ptr}.
+static_assert(sizeof(DictReadCache) == 24 &&
+                  offsetof(DictReadCache, Dict) == 0 &&
+                  offsetof(DictReadCache, Tag) == 8 &&
+                  offsetof(DictReadCache, Value) == 16,
+              "DictReadCache is lowered as {ptr, i64, ptr}");
 
 namespace {
 
@@ -130,6 +138,8 @@ private:
 
   void emitValue(ValueId Id, LoweringStats &Stats);
   void emitInlineSequenceItem(ValueId Id, bool IsTuple);
+  llvm::Value *emitCachedDictGetItem(ValueId Id, llvm::Value *Dict,
+                                     llvm::Value *Key, const std::string &Name);
   void emitGuard(size_t Index, LoweringStats &Stats);
   void emitRelease(llvm::Value *Obj);
 
@@ -271,6 +281,57 @@ void Lowerer::emitInlineSequenceItem(ValueId Id, bool IsTuple) {
                        P);
 }
 
+/// gj_rt_dict_get_item_cached with its hit test inline (RuntimeHelpers.h
+/// explains why a hit is exact): the slot's dict is this parent, the parent
+/// is still an exact dict, and its PEP 509 tag is the slot's. A hit costs
+/// three compares and no call; a miss calls the fill helper, which probes
+/// and refills the slot.
+llvm::Value *Lowerer::emitCachedDictGetItem(ValueId Id, llvm::Value *Dict,
+                                            llvm::Value *Key,
+                                            const std::string &Name) {
+  Constant *Slot = pointer(BS.dictCache(Id));
+  BasicBlock *CheckType = BasicBlock::Create(Ctx, Name + ".cache.type", F);
+  BasicBlock *CheckTag = BasicBlock::Create(Ctx, Name + ".cache.tag", F);
+  BasicBlock *Hit = BasicBlock::Create(Ctx, Name + ".cache.hit", F);
+  BasicBlock *Miss = BasicBlock::Create(Ctx, Name + ".cache.miss", F);
+  BasicBlock *Join = BasicBlock::Create(Ctx, Name + ".read", F);
+
+  llvm::Value *CachedDict =
+      loadField(Slot, offsetof(DictReadCache, Dict), PtrTy, Name + ".cdict");
+  B.CreateCondBr(B.CreateICmpEQ(Dict, CachedDict, Name + ".same_dict"),
+                 CheckType, Miss, Likely);
+
+  B.SetInsertPoint(CheckType);
+  B.CreateCondBr(B.CreateICmpEQ(loadType(Dict, Name + ".dtype"),
+                                pointer(&PyDict_Type), Name + ".is_dict"),
+                 CheckTag, Miss, Likely);
+
+  B.SetInsertPoint(CheckTag);
+  llvm::Value *Tag =
+      loadField(Dict, abi::DictVersionTagOffset, I64, Name + ".tag");
+  llvm::Value *CachedTag =
+      loadField(Slot, offsetof(DictReadCache, Tag), I64, Name + ".ctag");
+  B.CreateCondBr(B.CreateICmpEQ(Tag, CachedTag, Name + ".same_tag"), Hit,
+                 Miss, Likely);
+
+  B.SetInsertPoint(Hit);
+  llvm::Value *Cached =
+      loadField(Slot, offsetof(DictReadCache, Value), PtrTy, Name + ".cval");
+  B.CreateBr(Join);
+
+  B.SetInsertPoint(Miss);
+  llvm::Value *Probed = B.CreateCall(
+      helper("gj_rt_dict_get_item_fill", PtrTy, {PtrTy, PtrTy, PtrTy}),
+      {Dict, Key, Slot}, Name + ".probe");
+  B.CreateBr(Join);
+
+  B.SetInsertPoint(Join);
+  PHINode *Result = B.CreatePHI(PtrTy, 2, Name);
+  Result->addIncoming(Cached, Hit);
+  Result->addIncoming(Probed, Miss);
+  return Result;
+}
+
 void Lowerer::emitValue(ValueId Id, LoweringStats &Stats) {
   const guardjit::Value &V = S.value(Id);
   if (V.Kind == AccessorKind::Globals) {
@@ -310,8 +371,8 @@ void Lowerer::emitValue(ValueId Id, LoweringStats &Stats) {
   case AccessorKind::FrameLocal:
     // L[name] of the frame locals dict: the same probe as any dict item.
   case AccessorKind::DictGetItem:
-    Result = B.CreateCall(helper("gj_rt_dict_get_item", PtrTy, {PtrTy, PtrTy}),
-                          {Parent, object(V.Key)}, Name);
+    assert(accessorUsesDictCache(V.Kind) && !accessorReturnsNewRef(V.Kind));
+    Result = emitCachedDictGetItem(Id, Parent, object(V.Key), Name);
     break;
   case AccessorKind::GenericDict:
     Result = B.CreateCall(helper("gj_rt_generic_dict", PtrTy, {PtrTy}),
@@ -565,6 +626,8 @@ ArrayRef<RuntimeSymbol> runtimeSymbols() {
 #define GJ_SYM(Fn) {#Fn, reinterpret_cast<void *>(&Fn)}
   static const RuntimeSymbol Symbols[] = {
       GJ_SYM(gj_rt_dict_get_item),
+      GJ_SYM(gj_rt_dict_get_item_cached),
+      GJ_SYM(gj_rt_dict_get_item_fill),
       GJ_SYM(gj_rt_generic_dict),
       GJ_SYM(gj_rt_getattr),
       GJ_SYM(gj_rt_generic_getattr),

@@ -233,7 +233,10 @@ BoundGuardSet::bind(std::shared_ptr<const GuardSet> SetPtr,
       Py_INCREF(B->Objects[I]);
   }
 
-  // 5. Payloads.
+  // 5. Lookup memos, all empty.
+  B->DictCaches = std::make_unique<DictReadCache[]>(S.values().size());
+
+  // 6. Payloads.
   B->Payloads.assign(Guards.size(), nullptr);
   const TorchHooks *Hooks = torchHooks();
   for (size_t I = 0; I < Guards.size(); ++I) {

@@ -12,10 +12,20 @@
 
 #include "DimensionMarking.h"
 
+// PyDictKeysObject::dk_kind (is every key an exact str?) is only in the
+// internal header; the layout is CPython 3.11's, pinned by Python.h.
+#define Py_BUILD_CORE 1
+#include <internal/pycore_dict.h>
+#undef Py_BUILD_CORE
+
 #include <algorithm>
 #include <vector>
 
 using namespace guardjit;
+
+bool guardjit::accessorUsesDictCache(AccessorKind K) {
+  return K == AccessorKind::FrameLocal || K == AccessorKind::DictGetItem;
+}
 
 bool guardjit::accessorReturnsNewRef(AccessorKind K) {
   switch (K) {
@@ -48,6 +58,35 @@ extern "C" PyObject *gj_rt_dict_get_item(PyObject *Dict, PyObject *Key) {
   // PyDict_GetItem returns NULL for a non-dict and swallows hash/eq errors,
   // so no error can be left set.
   return PyDict_GetItem(Dict, Key);
+}
+
+extern "C" PyObject *gj_rt_dict_get_item_fill(PyObject *Dict, PyObject *Key,
+                                              DictReadCache *Cache) {
+  if (Py_TYPE(Dict) != &PyDict_Type || !PyUnicode_CheckExact(Key))
+    return PyDict_GetItem(Dict, Key);
+  auto *D = reinterpret_cast<PyDictObject *>(Dict);
+  uint64_t Tag = D->ma_version_tag;
+  PyObject *X = PyDict_GetItem(Dict, Key);
+  // Fill only after a pure probe (RuntimeHelpers.h). An unchanged tag means
+  // nothing mutated the dict during the probe, so its keys had the kind we
+  // test now throughout, and with all-str keys and a str key the probe ran
+  // no user code: (Dict, Tag) -> X holds for as long as the tag does.
+  if (X && D->ma_version_tag == Tag && DK_IS_UNICODE(D->ma_keys)) {
+    Cache->Dict = Dict;
+    Cache->Tag = Tag;
+    Cache->Value = X;
+  }
+  return X;
+}
+
+extern "C" PyObject *gj_rt_dict_get_item_cached(PyObject *Dict, PyObject *Key,
+                                                DictReadCache *Cache) {
+  // The hit test the lowering inlines: same address, still an exact dict
+  // (so the tag is a tag), same version.
+  if (Dict == Cache->Dict && Py_TYPE(Dict) == &PyDict_Type &&
+      reinterpret_cast<PyDictObject *>(Dict)->ma_version_tag == Cache->Tag)
+    return Cache->Value;
+  return gj_rt_dict_get_item_fill(Dict, Key, Cache);
 }
 
 extern "C" PyObject *gj_rt_generic_dict(PyObject *Obj) {

@@ -14,6 +14,7 @@
 
 #include "guardjit/IR/GuardSet.h"
 #include "guardjit/Runtime/Python.h"
+#include "guardjit/Runtime/RuntimeHelpers.h"
 
 #include <memory>
 #include <string>
@@ -41,12 +42,18 @@ public:
   const void *payload(size_t GuardIndex) const { return Payloads[GuardIndex]; }
   /// True when some guard needs the thread-local dispatch key state.
   bool needsLocalState() const { return NeedsLocalState; }
+  /// The lookup memo of value `Id` (see DictReadCache), one slot per value,
+  /// starting empty. Mutable state of a logically const set: a slot is a
+  /// cache that never changes an answer; write it only with the GIL held.
+  /// Native code bakes the slot addresses in, like the object addresses.
+  DictReadCache *dictCache(ValueId Id) const { return &DictCaches[Id]; }
 
 private:
   explicit BoundGuardSet(std::shared_ptr<const GuardSet> Set);
   std::shared_ptr<const GuardSet> Set;
   std::vector<PyObject *> Objects;
   std::vector<void *> Payloads;
+  std::unique_ptr<DictReadCache[]> DictCaches;
   bool NeedsLocalState = false;
 };
 

@@ -51,6 +51,12 @@ static_assert(offsetof(PyTupleObject, ob_item) == TupleItemsOffset);
 constexpr size_t ListItemsOffset = 24;
 static_assert(offsetof(PyListObject, ob_item) == ListItemsOffset);
 
+/// PyDictObject::ma_version_tag (PEP 509), a uint64_t. Meaningful only for
+/// an object whose type is a dict type.
+constexpr size_t DictVersionTagOffset = 24;
+static_assert(offsetof(PyDictObject, ma_version_tag) == DictVersionTagOffset);
+static_assert(sizeof(((PyDictObject *)nullptr)->ma_version_tag) == 8);
+
 } // namespace guardjit::abi
 
 #endif // GUARDJIT_RUNTIME_CPYTHONABI_H

@@ -19,16 +19,58 @@
 #include "guardjit/Runtime/TorchHooks.h"
 
 #include <cstddef>
+#include <cstdint>
 
 namespace guardjit {
 /// Whether the runtime accessor for `K` returns a new reference that the
 /// caller must release with gj_rt_decref once the value's guards have run.
 bool accessorReturnsNewRef(AccessorKind K);
+
+/// Whether reads of accessor `K` go through a DictReadCache slot in native
+/// code (FrameLocal and DictGetItem: both are PyDict_GetItem).
+bool accessorUsesDictCache(AccessorKind K);
+
+/// One read site's memo of a `PyDict_GetItem(Dict, Key)` probe, keyed on the
+/// dict's PEP 509 version tag. Owned by the BoundGuardSet (one slot per
+/// value), written only with the GIL held. No field is a reference.
+///
+/// Why a hit is exact (CPython 3.11, Objects/dictobject.c):
+///  * `ma_version_tag` comes from one process-wide 64-bit counter: every new
+///    dict gets a fresh value (new_dict, dict_new) and every mutation that can
+///    change what a lookup returns (insert/replace of a different value,
+///    delete, clear, pop, merge, resize, STORE_ATTR_WITH_HINT) stores a fresh
+///    one. Tags are never reused, so (address, tag) names one state of one
+///    dict object. A dict freed and replaced by a new dict at the same
+///    address has a larger tag and misses.
+///  * The hit test first checks that the object at `Dict` is an exact dict
+///    (its type is &PyDict_Type), so the tag it reads is a real tag even when
+///    the old dict died and some other object now lives at that address.
+///  * A slot is filled only when the probe was pure: `Key` is an exact str
+///    and the dict's keys are all exact str (dk_kind != DICT_KEYS_GENERAL),
+///    so the lookup compared str objects only and ran no user __eq__/__hash__.
+///    Same dict state + same key => same entry.
+///  * `Value` is borrowed: while the tag is unchanged the dict still holds a
+///    reference to it, so it is alive whenever a hit returns it. After the
+///    dict changes the pointer may dangle, but it is never read then.
+///  * Only non-NULL results are cached; a miss (NULL) fails the check anyway.
+struct DictReadCache {
+  PyObject *Dict = nullptr;
+  uint64_t Tag = 0;
+  PyObject *Value = nullptr;
+};
 } // namespace guardjit
 
 extern "C" {
 // Accessors. Borrowed results unless marked NEW.
 PyObject *gj_rt_dict_get_item(PyObject *Dict, PyObject *Key);
+/// gj_rt_dict_get_item through `Cache`: returns the memo on a hit, otherwise
+/// probes and refills the slot when the probe was pure (see DictReadCache).
+PyObject *gj_rt_dict_get_item_cached(PyObject *Dict, PyObject *Key,
+                                     guardjit::DictReadCache *Cache);
+/// The miss path of gj_rt_dict_get_item_cached (native code tests the hit
+/// inline): probes and refills the slot.
+PyObject *gj_rt_dict_get_item_fill(PyObject *Dict, PyObject *Key,
+                                   guardjit::DictReadCache *Cache);
 PyObject *gj_rt_generic_dict(PyObject *Obj);
 PyObject *gj_rt_getattr(PyObject *Obj, PyObject *Name);         // NEW
 PyObject *gj_rt_generic_getattr(PyObject *Obj, PyObject *Name); // NEW

@@ -803,6 +803,241 @@ TEST_P(EngineTest, ManyLocalsOneMutationAtATime) {
   EXPECT_TRUE(both(*BS, Fn, Big.get()));
 }
 
+//===----------------------------------------------------------------------===//
+// Dict lookup memos (DictReadCache)
+//===----------------------------------------------------------------------===//
+
+const char *const ModuleLike = R"py(
+class Leaf:
+    def __init__(self):
+        self.w = 1.5
+        self.name = 'leaf'
+
+class Mod:
+    def __init__(self):
+        self._modules = {'0': Leaf(), '1': Leaf()}
+        self.training = True
+
+def set_w(leaf, v, n):
+    # A loop so the adaptive interpreter specializes the store
+    # (STORE_ATTR_INSTANCE_VALUE / STORE_ATTR_WITH_HINT write dict entries
+    # directly and must still bump the version tag).
+    for _ in range(n):
+        leaf.w = v
+
+m = Mod()
+)py";
+
+/// L['m'].__dict__['_modules']['0'].__dict__['w'] == 1.5 and friends: the
+/// shape of Dynamo's nn.Module guards, every read a dict probe.
+struct ModuleSet {
+  SetBuilder SB;
+  ValueId M, MDict, Modules, Leaf0, Leaf0Dict, W, Name, Training;
+  Ref Float, OneHalf, LeafStr;
+  explicit ModuleSet() {
+    exec(ModuleLike);
+    Float = eval("float");
+    OneHalf = eval("1.5");
+    LeafStr = eval("'leaf'");
+    M = SB.local("m");
+    MDict = SB.unary(AccessorKind::GenericDict, M);
+    Modules = SB.keyed(AccessorKind::DictGetItem, MDict, "_modules");
+    Training = SB.keyed(AccessorKind::DictGetItem, MDict, "training");
+    Leaf0 = SB.keyed(AccessorKind::DictGetItem, Modules, "0");
+    Leaf0Dict = SB.unary(AccessorKind::GenericDict, Leaf0);
+    W = SB.keyed(AccessorKind::DictGetItem, Leaf0Dict, "w");
+    Name = SB.keyed(AccessorKind::DictGetItem, Leaf0Dict, "name");
+    SB.guard(GuardKind::TypeMatch, {W}, SB.object(Float.get()));
+    SB.guard(GuardKind::EqualsMatch, {W},
+             SB.object(OneHalf.get(), ObjectKind::Constant, true));
+    SB.guard(GuardKind::EqualsMatch, {Name},
+             SB.object(LeafStr.get(), ObjectKind::Constant, true));
+    SB.guard(GuardKind::TrueMatch, {Training});
+  }
+};
+
+TEST_P(EngineTest, DictCacheFillsOnPureProbesAndHits) {
+  ModuleSet MS;
+  BUILD(MS.SB);
+  Ref L = eval("{'m': m}");
+  // The interpreter is the uncached reference: it leaves the slots alone.
+  EXPECT_TRUE(interpret(*BS, L.get()));
+  EXPECT_EQ(BS->dictCache(MS.W)->Dict, nullptr);
+  EXPECT_TRUE(both(*BS, Fn, L.get()));
+  for (ValueId Id : {MS.M, MS.Modules, MS.Training, MS.Leaf0, MS.W, MS.Name}) {
+    SCOPED_TRACE(Id);
+    EXPECT_NE(BS->dictCache(Id)->Dict, nullptr);
+    EXPECT_NE(BS->dictCache(Id)->Value, nullptr);
+  }
+  Ref Leaf0Dict = eval("m._modules['0'].__dict__");
+  EXPECT_EQ(BS->dictCache(MS.W)->Dict, Leaf0Dict.get());
+  // Generic dict reads have no slot of their own.
+  EXPECT_EQ(BS->dictCache(MS.MDict)->Dict, nullptr);
+
+  // White box: a hit returns the memo without probing. Plant a wrong value
+  // under the current tag; the native check must see it (proving the hit
+  // path runs), and any mutation of the dict must make it probe again.
+  DictReadCache Saved = *BS->dictCache(MS.W);
+  Ref Planted = eval("2.5");
+  BS->dictCache(MS.W)->Value = Planted.get();
+  EXPECT_EQ(Fn(L.get()), 0) << "the native check did not use the memo";
+  exec("m._modules['0'].unrelated = 1"); // any insert bumps the tag
+  EXPECT_TRUE(both(*BS, Fn, L.get()));
+  EXPECT_NE(BS->dictCache(MS.W)->Tag, Saved.Tag);
+  EXPECT_EQ(BS->dictCache(MS.W)->Value, Saved.Value);
+  exec("del m._modules['0'].unrelated");
+  EXPECT_TRUE(both(*BS, Fn, L.get()));
+}
+
+TEST_P(EngineTest, DictCacheMissesAfterEveryKindOfMutation) {
+  ModuleSet MS;
+  BUILD(MS.SB);
+  Ref L = eval("{'m': m}");
+  EXPECT_TRUE(both(*BS, Fn, L.get()));
+  struct Mutation {
+    const char *Do, *Undo;
+    bool Expected;
+  };
+  const Mutation Mutations[] = {
+      {"m._modules['0'].w = 2.5", "m._modules['0'].w = 1.5", false},
+      {"set_w(m._modules['0'], 2.5, 20)", "set_w(m._modules['0'], 1.5, 20)",
+       false},
+      {"set_w(m._modules['0'], 1.5, 20)", "pass", true},
+      {"m._modules['0'].w = 1", "m._modules['0'].w = 1.5", false},
+      {"del m._modules['0'].w", "m._modules['0'].w = 1.5", false},
+      {"m._modules['0'].__dict__.clear()",
+       "m._modules['0'].w = 1.5; m._modules['0'].name = 'leaf'", false},
+      {"m._modules['0'].__dict__.pop('name')", "m._modules['0'].name = 'leaf'",
+       false},
+      {"m._modules['0'].__dict__.update(w=3.5)", "m._modules['0'].w = 1.5",
+       false},
+      {"m._modules['0'].__dict__.setdefault('w', 0.0)", "pass", true},
+      {"m._modules['0'].__dict__.popitem()", "m._modules['0'].name = 'leaf'",
+       false},
+      {"m._modules['0'] = m._modules['1']", "m._modules['0'] = Leaf()", true},
+      {"m._modules['1'].w = 0.5; m._modules['0'] = m._modules['1']",
+       "m._modules['0'] = Leaf(); m._modules['1'].w = 1.5", false},
+      {"m._modules = {'0': Leaf()}", "m._modules = {'0': Leaf(), '1': Leaf()}",
+       true},
+      {"m._modules = {}", "m._modules = {'0': Leaf(), '1': Leaf()}", false},
+      {"m._modules['0'].__dict__[1] = 2", "del m._modules['0'].__dict__[1]",
+       true},
+      {"m.training = False", "m.training = True", false},
+      {"m.__dict__ = {'_modules': m._modules, 'training': True}", "pass", true},
+      {"m = Mod()", "pass", true},
+  };
+  for (const Mutation &Mu : Mutations) {
+    SCOPED_TRACE(Mu.Do);
+    exec(Mu.Do);
+    // Frame locals rebuilt per call, as Dynamo does, and reused.
+    Ref L2 = eval("{'m': m}");
+    EXPECT_EQ(both(*BS, Fn, L2.get()), Mu.Expected);
+    EXPECT_EQ(both(*BS, Fn, L2.get()), Mu.Expected); // now from the memo
+    exec(Mu.Undo);
+    EXPECT_TRUE(both(*BS, Fn, L2.get()));
+    EXPECT_TRUE(both(*BS, Fn, L2.get()));
+  }
+}
+
+TEST_P(EngineTest, DictCacheSurvivesAddressReuse) {
+  SetBuilder SB;
+  Ref A = eval("object()"), Bo = eval("object()");
+  ValueId X = SB.local("x");
+  SB.guard(GuardKind::IdMatch, {X}, SB.object(A.get()));
+  BUILD(SB);
+
+  // 1. A new dict at the address of a dead one: a fresh tag, so a miss.
+  PyObject *Old = PyDict_New();
+  PyDict_SetItemString(Old, "x", A.get());
+  EXPECT_TRUE(both(*BS, Fn, Old));
+  ASSERT_EQ(BS->dictCache(X)->Dict, Old);
+  uintptr_t OldAddr = reinterpret_cast<uintptr_t>(Old);
+  Py_DECREF(Old);
+  // CPython's dict free list hands the same memory straight back; try a few
+  // times in case something else took it.
+  std::vector<Ref> Tries;
+  PyObject *Reused = nullptr;
+  for (int I = 0; I < 64 && !Reused; ++I) {
+    Ref D(PyDict_New());
+    if (reinterpret_cast<uintptr_t>(D.get()) == OldAddr)
+      Reused = D.get();
+    Tries.push_back(std::move(D));
+  }
+  ASSERT_NE(Reused, nullptr) << "could not reuse the dict's address";
+  PyDict_SetItemString(Reused, "x", Bo.get());
+  EXPECT_FALSE(both(*BS, Fn, Reused));
+  PyDict_SetItemString(Reused, "x", A.get());
+  EXPECT_TRUE(both(*BS, Fn, Reused));
+
+  // 2. A non-dict at the memo's address whose bytes at the tag's offset equal
+  // the memo's tag (white box): the type test must reject it.
+  Ref Tup = eval("(f, g)");
+  Ref HoldsTuple = eval("{}");
+  PyDict_SetItemString(HoldsTuple.get(), "x", Tup.get());
+  SetBuilder SB2;
+  ValueId T = SB2.local("x");
+  ValueId Item = SB2.keyed(AccessorKind::DictGetItem, T, "k");
+  SB2.guard(GuardKind::IdMatch, {Item}, SB2.object(A.get()));
+  auto [BS2, Fn2] = build(SB2);
+  ASSERT_TRUE(BS2 && Fn2);
+  DictReadCache *Slot = BS2->dictCache(Item);
+  Slot->Dict = Tup.get();
+  Slot->Tag = *reinterpret_cast<uint64_t *>(
+      reinterpret_cast<char *>(Tup.get()) + 24); // ob_item[0]
+  Slot->Value = A.get();
+  EXPECT_FALSE(both(*BS2, Fn2, HoldsTuple.get()));
+}
+
+TEST_P(EngineTest, DictCacheSkipsImpureProbes) {
+  exec("class S(str):\n"
+       "    pass\n"
+       "class DSub(dict):\n"
+       "    pass\n"
+       "class Coll:\n"
+       "    # hashes like 'k', so building and probing a dict that holds\n"
+       "    # it runs this __eq__, which answers differently each time\n"
+       "    calls = 0\n"
+       "    def __hash__(self):\n"
+       "        return hash('k')\n"
+       "    def __eq__(self, other):\n"
+       "        Coll.calls += 1\n"
+       "        return Coll.calls == 1\n");
+  Ref One = eval("1");
+  SetBuilder SB;
+  ValueId D = SB.local("d");
+  ValueId K = SB.keyed(AccessorKind::DictGetItem, D, "k");
+  SB.guard(GuardKind::EqualsMatch, {K},
+           SB.object(One.get(), ObjectKind::Constant, true));
+  BUILD(SB);
+  struct Case {
+    const char *Dict;
+    bool Expected, Fills;
+  };
+  const Case Cases[] = {
+      {"{'k': 1}", true, true},
+      {"{'k': 1, 2: 'int key'}", true, false},  // general keys
+      {"DSub(k=1)", true, false},               // not an exact dict
+      {"{S('k'): 1}", true, false},             // str subclass key
+      {"{Coll(): 2, 'k': 1}", false, false},    // user __eq__ in the probe
+      {"{Coll(): 2, 'k': 1}", true, false},     // ... answering otherwise
+  };
+  for (const Case &C : Cases) {
+    SCOPED_TRACE(C.Dict);
+    *BS->dictCache(K) = DictReadCache();
+    Ref Inner = eval(C.Dict);
+    Ref L(PyDict_New());
+    PyDict_SetItemString(L.get(), "d", Inner.get());
+    // Native first: it decides the fill (the interpreter never fills).
+    int Native = Fn(L.get());
+    EXPECT_FALSE(PyErr_Occurred());
+    EXPECT_EQ(Native == 1, C.Expected);
+    EXPECT_EQ(BS->dictCache(K)->Dict != nullptr, C.Fills);
+    if (!C.Fills)
+      continue;
+    EXPECT_EQ(both(*BS, Fn, L.get()), C.Expected);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllLevels, EngineTest,
                          ::testing::Values(OptLevel::O0, OptLevel::Light,
                                            OptLevel::O2),
