@@ -13,6 +13,7 @@ import dataclasses
 import json
 import platform
 import sys
+import time
 from typing import Any
 
 import torch
@@ -136,8 +137,11 @@ def machine() -> dict[str, Any]:
         pass
     import os
 
+    from guardjit import _core
+
     return {"cpu": cpu, "cores": os.cpu_count(), "python": sys.version.split()[0],
-            "torch": torch.__version__, "platform": platform.platform()}
+            "torch": torch.__version__, "llvm": _core.LLVM_VERSION,
+            "platform": platform.platform(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
 def format_table(results: list[ModelResult]) -> str:

@@ -16,6 +16,8 @@
 #include "guardjit/Runtime/Interpreter.h"
 #include "guardjit/TorchRuntime/TorchRuntime.h"
 
+#include "llvm/Config/llvm-config.h"
+
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -310,4 +312,5 @@ PYBIND11_MODULE(_core, M) {
       "(calls, failures, native) of a callable made by make_guard.");
 
   M.attr("PY_VERSION_HEX") = PY_VERSION_HEX;
+  M.attr("LLVM_VERSION") = LLVM_VERSION_STRING;
 }
