@@ -135,11 +135,18 @@ private:
   llvm::Value *loadField(llvm::Value *Obj, size_t Offset, Type *Ty,
                          const Twine &Name);
   llvm::Value *loadType(llvm::Value *Obj, const Twine &Name);
+  /// A pointer-sized load at a negative offset (the object pre-header).
+  llvm::Value *loadPreHeader(llvm::Value *Obj, int64_t Offset,
+                             const Twine &Name);
+  llvm::Value *emitGenericDict(llvm::Value *Obj, const std::string &Name);
 
   void emitValue(ValueId Id, LoweringStats &Stats);
   void emitInlineSequenceItem(ValueId Id, bool IsTuple);
-  llvm::Value *emitCachedDictGetItem(ValueId Id, llvm::Value *Dict,
-                                     llvm::Value *Key, const std::string &Name);
+  std::pair<BasicBlock *, BasicBlock *>
+  emitMemoTest(Constant *Slot, llvm::Value *Dict, const std::string &Name);
+  llvm::Value *emitMemoRead(ValueId Id, llvm::Value *Dict, StringRef Fill,
+                            Type *ArgTy, llvm::Value *Arg,
+                            const std::string &Name);
   void emitGuard(size_t Index, LoweringStats &Stats);
   void emitRelease(llvm::Value *Obj);
 
@@ -252,6 +259,52 @@ llvm::Value *Lowerer::loadType(llvm::Value *Obj, const Twine &Name) {
   return L;
 }
 
+llvm::Value *Lowerer::loadPreHeader(llvm::Value *Obj, int64_t Offset,
+                                    const Twine &Name) {
+  // Not inbounds of the PyObject itself, but of its allocation (the GC
+  // header and pre-header precede it); a plain GEP claims nothing.
+  llvm::Value *Addr = B.CreateConstGEP1_64(B.getInt8Ty(), Obj, Offset);
+  return B.CreateAlignedLoad(PtrTy, Addr, Align(abi::PointerSize), Name);
+}
+
+/// GetGenericDictGuardAccessor, inline for the common case: the type has a
+/// managed dict, its inline values were already turned into a dict (values
+/// pointer NULL) and that dict exists. PyObject_GenericGetDict then returns
+/// exactly that pointer with no side effect; every other case (values not
+/// yet materialized, no dict yet, tp_dictoffset layouts, no __dict__) calls
+/// gj_rt_generic_dict, which materializes or fails as Dynamo's read does.
+llvm::Value *Lowerer::emitGenericDict(llvm::Value *Obj,
+                                      const std::string &Name) {
+  BasicBlock *Managed = BasicBlock::Create(Ctx, Name + ".managed", F);
+  BasicBlock *Slow = BasicBlock::Create(Ctx, Name + ".slow", F);
+  BasicBlock *Join = BasicBlock::Create(Ctx, Name + ".read", F);
+  llvm::Value *Ty = loadType(Obj, Name + ".type");
+  llvm::Value *Flags = loadField(Ty, abi::TypeFlagsOffset, I64, Name + ".flags");
+  B.CreateCondBr(B.CreateICmpNE(B.CreateAnd(Flags, abi::ManagedDictFlag),
+                                ConstantInt::get(I64, 0), Name + ".is_managed"),
+                 Managed, Slow, Likely);
+
+  B.SetInsertPoint(Managed);
+  llvm::Value *Values =
+      loadPreHeader(Obj, abi::ManagedValuesOffset, Name + ".values");
+  llvm::Value *Dict = loadPreHeader(Obj, abi::ManagedDictOffset, Name + ".dict");
+  llvm::Value *Ready = B.CreateAnd(B.CreateIsNull(Values, Name + ".no_values"),
+                                   B.CreateIsNotNull(Dict, Name + ".has_dict"));
+  BasicBlock *ManagedEnd = B.GetInsertBlock();
+  B.CreateCondBr(Ready, Join, Slow, Likely);
+
+  B.SetInsertPoint(Slow);
+  llvm::Value *Read = B.CreateCall(helper("gj_rt_generic_dict", PtrTy, {PtrTy}),
+                                   {Obj}, Name + ".call");
+  B.CreateBr(Join);
+
+  B.SetInsertPoint(Join);
+  PHINode *Result = B.CreatePHI(PtrTy, 2, Name);
+  Result->addIncoming(Dict, ManagedEnd);
+  Result->addIncoming(Read, Slow);
+  return Result;
+}
+
 /// PyTuple_GetItem / PyList_GetItem for a constant index >= 0, inline: the
 /// subclass flag of the type, an unsigned bounds test against ob_size, then
 /// the item. Exactly the checks CPython makes before returning a borrowed
@@ -281,23 +334,20 @@ void Lowerer::emitInlineSequenceItem(ValueId Id, bool IsTuple) {
                        P);
 }
 
-/// gj_rt_dict_get_item_cached with its hit test inline (RuntimeHelpers.h
-/// explains why a hit is exact): the slot's dict is this parent, the parent
-/// is still an exact dict, and its PEP 509 tag is the slot's. A hit costs
-/// three compares and no call; a miss calls the fill helper, which probes
-/// and refills the slot.
-llvm::Value *Lowerer::emitCachedDictGetItem(ValueId Id, llvm::Value *Dict,
-                                            llvm::Value *Key,
-                                            const std::string &Name) {
-  Constant *Slot = pointer(BS.dictCache(Id));
-  BasicBlock *CheckType = BasicBlock::Create(Ctx, Name + ".cache.type", F);
-  BasicBlock *CheckTag = BasicBlock::Create(Ctx, Name + ".cache.tag", F);
-  BasicBlock *Hit = BasicBlock::Create(Ctx, Name + ".cache.hit", F);
-  BasicBlock *Miss = BasicBlock::Create(Ctx, Name + ".cache.miss", F);
-  BasicBlock *Join = BasicBlock::Create(Ctx, Name + ".read", F);
+/// The inline hit test of a DictReadCache slot (RuntimeHelpers.h explains
+/// why a hit is exact): the slot's dict is `Dict`, `Dict` is still an exact
+/// dict, and its PEP 509 tag is the slot's. Three compares, no call. Ends the
+/// current block; returns the (empty) hit and miss blocks.
+std::pair<BasicBlock *, BasicBlock *>
+Lowerer::emitMemoTest(Constant *Slot, llvm::Value *Dict,
+                      const std::string &Name) {
+  BasicBlock *CheckType = BasicBlock::Create(Ctx, Name + ".memo.type", F);
+  BasicBlock *CheckTag = BasicBlock::Create(Ctx, Name + ".memo.tag", F);
+  BasicBlock *Hit = BasicBlock::Create(Ctx, Name + ".memo.hit", F);
+  BasicBlock *Miss = BasicBlock::Create(Ctx, Name + ".memo.miss", F);
 
   llvm::Value *CachedDict =
-      loadField(Slot, offsetof(DictReadCache, Dict), PtrTy, Name + ".cdict");
+      loadField(Slot, offsetof(DictReadCache, Dict), PtrTy, Name + ".mdict");
   B.CreateCondBr(B.CreateICmpEQ(Dict, CachedDict, Name + ".same_dict"),
                  CheckType, Miss, Likely);
 
@@ -310,25 +360,35 @@ llvm::Value *Lowerer::emitCachedDictGetItem(ValueId Id, llvm::Value *Dict,
   llvm::Value *Tag =
       loadField(Dict, abi::DictVersionTagOffset, I64, Name + ".tag");
   llvm::Value *CachedTag =
-      loadField(Slot, offsetof(DictReadCache, Tag), I64, Name + ".ctag");
+      loadField(Slot, offsetof(DictReadCache, Tag), I64, Name + ".mtag");
   B.CreateCondBr(B.CreateICmpEQ(Tag, CachedTag, Name + ".same_tag"), Hit,
                  Miss, Likely);
+  return {Hit, Miss};
+}
+
+/// A memoized dict read: the slot's value on a hit, else `Fill` (the
+/// helper that reads and refills the slot) with `Args` + the slot.
+llvm::Value *Lowerer::emitMemoRead(ValueId Id, llvm::Value *Dict,
+                                   StringRef Fill, Type *ArgTy,
+                                   llvm::Value *Arg, const std::string &Name) {
+  Constant *Slot = pointer(BS.dictCache(Id));
+  auto [Hit, Miss] = emitMemoTest(Slot, Dict, Name);
+  BasicBlock *Join = BasicBlock::Create(Ctx, Name + ".read", F);
 
   B.SetInsertPoint(Hit);
   llvm::Value *Cached =
-      loadField(Slot, offsetof(DictReadCache, Value), PtrTy, Name + ".cval");
+      loadField(Slot, offsetof(DictReadCache, Value), PtrTy, Name + ".mval");
   B.CreateBr(Join);
 
   B.SetInsertPoint(Miss);
-  llvm::Value *Probed = B.CreateCall(
-      helper("gj_rt_dict_get_item_fill", PtrTy, {PtrTy, PtrTy, PtrTy}),
-      {Dict, Key, Slot}, Name + ".probe");
+  llvm::Value *Read = B.CreateCall(helper(Fill, PtrTy, {PtrTy, ArgTy, PtrTy}),
+                                   {Dict, Arg, Slot}, Name + ".fill");
   B.CreateBr(Join);
 
   B.SetInsertPoint(Join);
   PHINode *Result = B.CreatePHI(PtrTy, 2, Name);
   Result->addIncoming(Cached, Hit);
-  Result->addIncoming(Probed, Miss);
+  Result->addIncoming(Read, Miss);
   return Result;
 }
 
@@ -372,11 +432,11 @@ void Lowerer::emitValue(ValueId Id, LoweringStats &Stats) {
     // L[name] of the frame locals dict: the same probe as any dict item.
   case AccessorKind::DictGetItem:
     assert(accessorUsesDictCache(V.Kind) && !accessorReturnsNewRef(V.Kind));
-    Result = emitCachedDictGetItem(Id, Parent, object(V.Key), Name);
+    Result = emitMemoRead(Id, Parent, "gj_rt_dict_get_item_fill", PtrTy,
+                          object(V.Key), Name);
     break;
   case AccessorKind::GenericDict:
-    Result = B.CreateCall(helper("gj_rt_generic_dict", PtrTy, {PtrTy}),
-                          {Parent}, Name);
+    Result = emitGenericDict(Parent, Name);
     break;
   case AccessorKind::GetAttr:
     Result = B.CreateCall(helper("gj_rt_getattr", PtrTy, {PtrTy, PtrTy}),
@@ -397,11 +457,12 @@ void Lowerer::emitValue(ValueId Id, LoweringStats &Stats) {
     break;
   case AccessorKind::DictKey:
   case AccessorKind::DictValue:
-    Result = B.CreateCall(
-        helper(V.Kind == AccessorKind::DictKey ? "gj_rt_dict_key"
-                                               : "gj_rt_dict_value",
-               PtrTy, {PtrTy, I64}),
-        {Parent, ConstantInt::get(I64, V.Index)}, Name);
+    assert(accessorUsesDictCache(V.Kind) && !accessorReturnsNewRef(V.Kind));
+    Result = emitMemoRead(Id, Parent,
+                          V.Kind == AccessorKind::DictKey
+                              ? "gj_rt_dict_key_fill"
+                              : "gj_rt_dict_value_fill",
+                          I64, ConstantInt::get(I64, V.Index), Name);
     break;
   }
   Vals[Id] = Result;
@@ -482,10 +543,23 @@ void Lowerer::emitGuard(size_t Index, LoweringStats &Stats) {
     Ok = Call("gj_rt_dict_length", {PtrTy, I64},
               {V, ConstantInt::get(I64, G.Int)});
     break;
-  case GuardKind::DictContains:
-    Ok = Call("gj_rt_dict_contains", {PtrTy, PtrTy, I32},
-              {V, object(G.Object), ConstantInt::get(I32, G.Int != 0)});
-    break;
+  case GuardKind::DictContains: {
+    // A pass memo: a hit is a pass on this same dict state; a miss probes
+    // (and records a pass after a pure probe).
+    assert(guardUsesDictCache(G.Kind));
+    Constant *Slot = pointer(BS.guardCache(Index));
+    auto [Hit, Miss] = emitMemoTest(Slot, V, P);
+    BasicBlock *Done = BasicBlock::Create(Ctx, P + ".done", F);
+    B.SetInsertPoint(Hit);
+    B.CreateBr(Done);
+    B.SetInsertPoint(Miss);
+    llvm::Value *Pass = Call(
+        "gj_rt_dict_contains_fill", {PtrTy, PtrTy, I32, PtrTy},
+        {V, object(G.Object), ConstantInt::get(I32, G.Int != 0), Slot});
+    B.CreateCondBr(Pass, Done, FailTarget, Likely);
+    B.SetInsertPoint(Done);
+    return;
+  }
   case GuardKind::NoHasAttr:
     Ok = Call("gj_rt_no_hasattr", {PtrTy, PtrTy}, {V, object(G.Object)});
     break;
@@ -638,6 +712,9 @@ ArrayRef<RuntimeSymbol> runtimeSymbols() {
       GJ_SYM(gj_rt_get_item),
       GJ_SYM(gj_rt_dict_key),
       GJ_SYM(gj_rt_dict_value),
+      GJ_SYM(gj_rt_dict_key_fill),
+      GJ_SYM(gj_rt_dict_value_fill),
+      GJ_SYM(gj_rt_dict_contains_fill),
       GJ_SYM(gj_rt_decref),
       GJ_SYM(gj_rt_equals_match),
       GJ_SYM(gj_rt_length_check),

@@ -12,6 +12,7 @@
 #include "DimensionMarking.h"
 #include "guardjit/Runtime/TorchHooks.h"
 
+#include <algorithm>
 #include <string>
 
 using namespace guardjit;
@@ -233,8 +234,24 @@ BoundGuardSet::bind(std::shared_ptr<const GuardSet> SetPtr,
       Py_INCREF(B->Objects[I]);
   }
 
-  // 5. Lookup memos, all empty.
-  B->DictCaches = std::make_unique<DictReadCache[]>(S.values().size());
+  // 5. Lookup memos, all empty, in visiting order: each value's slot, then
+  // the slots of the guards whose last operand it is (the lowering's order).
+  B->ValueMemo.assign(S.values().size(), NoMemo);
+  B->GuardMemo.assign(Guards.size(), NoMemo);
+  std::vector<std::vector<uint32_t>> GuardsAfter(S.values().size());
+  for (size_t I = 0; I < Guards.size(); ++I)
+    if (guardUsesDictCache(Guards[I].Kind) && !Guards[I].Operands.empty())
+      GuardsAfter[*std::max_element(Guards[I].Operands.begin(),
+                                    Guards[I].Operands.end())]
+          .push_back(static_cast<uint32_t>(I));
+  uint32_t NumMemos = 0;
+  for (ValueId V = 0; V < S.values().size(); ++V) {
+    if (accessorUsesDictCache(S.value(V).Kind))
+      B->ValueMemo[V] = NumMemos++;
+    for (uint32_t G : GuardsAfter[V])
+      B->GuardMemo[G] = NumMemos++;
+  }
+  B->Memos = std::make_unique<DictReadCache[]>(NumMemos);
 
   // 6. Payloads.
   B->Payloads.assign(Guards.size(), nullptr);

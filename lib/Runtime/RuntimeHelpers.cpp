@@ -24,7 +24,25 @@
 using namespace guardjit;
 
 bool guardjit::accessorUsesDictCache(AccessorKind K) {
-  return K == AccessorKind::FrameLocal || K == AccessorKind::DictGetItem;
+  return K == AccessorKind::FrameLocal || K == AccessorKind::DictGetItem ||
+         K == AccessorKind::DictKey || K == AccessorKind::DictValue;
+}
+
+bool guardjit::guardUsesDictCache(GuardKind K) {
+  return K == GuardKind::DictContains;
+}
+
+/// Whether a probe of exact dict `D` for exact-str key was pure and left the
+/// dict at version `Tag` (see DictReadCache in RuntimeHelpers.h).
+static bool pureStrProbe(PyDictObject *D, uint64_t Tag) {
+  return D->ma_version_tag == Tag && DK_IS_UNICODE(D->ma_keys);
+}
+
+static void fillMemo(DictReadCache *Cache, PyObject *Dict, uint64_t Tag,
+                     PyObject *Value) {
+  Cache->Dict = Dict;
+  Cache->Tag = Tag;
+  Cache->Value = Value;
 }
 
 bool guardjit::accessorReturnsNewRef(AccessorKind K) {
@@ -71,11 +89,8 @@ extern "C" PyObject *gj_rt_dict_get_item_fill(PyObject *Dict, PyObject *Key,
   // nothing mutated the dict during the probe, so its keys had the kind we
   // test now throughout, and with all-str keys and a str key the probe ran
   // no user code: (Dict, Tag) -> X holds for as long as the tag does.
-  if (X && D->ma_version_tag == Tag && DK_IS_UNICODE(D->ma_keys)) {
-    Cache->Dict = Dict;
-    Cache->Tag = Tag;
-    Cache->Value = X;
-  }
+  if (X && pureStrProbe(D, Tag))
+    fillMemo(Cache, Dict, Tag, X);
   return X;
 }
 
@@ -196,6 +211,29 @@ extern "C" PyObject *gj_rt_dict_value(PyObject *Dict, Py_ssize_t Index) {
   return dictItemAt(Dict, Index, &K, &V) ? V : nullptr;
 }
 
+extern "C" PyObject *gj_rt_dict_key_fill(PyObject *Dict, Py_ssize_t Index,
+                                         DictReadCache *Cache) {
+  // PyDict_Next runs no Python code, so every walk of an exact dict is pure.
+  PyObject *K, *V;
+  if (!dictItemAt(Dict, Index, &K, &V))
+    return nullptr;
+  if (Py_TYPE(Dict) == &PyDict_Type)
+    fillMemo(Cache, Dict,
+             reinterpret_cast<PyDictObject *>(Dict)->ma_version_tag, K);
+  return K;
+}
+
+extern "C" PyObject *gj_rt_dict_value_fill(PyObject *Dict, Py_ssize_t Index,
+                                           DictReadCache *Cache) {
+  PyObject *K, *V;
+  if (!dictItemAt(Dict, Index, &K, &V))
+    return nullptr;
+  if (Py_TYPE(Dict) == &PyDict_Type)
+    fillMemo(Cache, Dict,
+             reinterpret_cast<PyDictObject *>(Dict)->ma_version_tag, V);
+  return V;
+}
+
 extern "C" void gj_rt_decref(PyObject *Obj) { Py_DECREF(Obj); }
 
 //===----------------------------------------------------------------------===//
@@ -248,6 +286,19 @@ extern "C" int gj_rt_dict_contains(PyObject *Dict, PyObject *Key,
     }
   }
   return R == (Expected ? 1 : 0);
+}
+
+extern "C" int gj_rt_dict_contains_fill(PyObject *Dict, PyObject *Key,
+                                        int Expected, DictReadCache *Cache) {
+  if (Py_TYPE(Dict) != &PyDict_Type || !PyUnicode_CheckExact(Key))
+    return gj_rt_dict_contains(Dict, Key, Expected);
+  auto *D = reinterpret_cast<PyDictObject *>(Dict);
+  uint64_t Tag = D->ma_version_tag;
+  int Pass = gj_rt_dict_contains(Dict, Key, Expected);
+  // Only passes are memoized; the slot's Value is unused (set to the dict).
+  if (Pass && pureStrProbe(D, Tag))
+    fillMemo(Cache, Dict, Tag, Dict);
+  return Pass;
 }
 
 extern "C" int gj_rt_no_hasattr(PyObject *Value, PyObject *Name) {

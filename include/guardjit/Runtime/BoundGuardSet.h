@@ -42,18 +42,31 @@ public:
   const void *payload(size_t GuardIndex) const { return Payloads[GuardIndex]; }
   /// True when some guard needs the thread-local dispatch key state.
   bool needsLocalState() const { return NeedsLocalState; }
-  /// The lookup memo of value `Id` (see DictReadCache), one slot per value,
-  /// starting empty. Mutable state of a logically const set: a slot is a
-  /// cache that never changes an answer; write it only with the GIL held.
-  /// Native code bakes the slot addresses in, like the object addresses.
-  DictReadCache *dictCache(ValueId Id) const { return &DictCaches[Id]; }
+  /// The lookup memo of value `Id` (see DictReadCache), or nullptr when its
+  /// accessor has none (accessorUsesDictCache). Slots start empty.
+  /// Mutable state of a logically const set: a slot is a cache that never
+  /// changes an answer; write it only with the GIL held. Native code bakes
+  /// the slot addresses in, like the object addresses.
+  DictReadCache *dictCache(ValueId Id) const {
+    return ValueMemo[Id] == NoMemo ? nullptr : &Memos[ValueMemo[Id]];
+  }
+  /// The pass memo of guard `GuardIndex` (guardUsesDictCache), or nullptr:
+  /// a hit means the guard passed on this same dict state before.
+  DictReadCache *guardCache(size_t GuardIndex) const {
+    return GuardMemo[GuardIndex] == NoMemo ? nullptr
+                                           : &Memos[GuardMemo[GuardIndex]];
+  }
 
 private:
   explicit BoundGuardSet(std::shared_ptr<const GuardSet> Set);
   std::shared_ptr<const GuardSet> Set;
   std::vector<PyObject *> Objects;
   std::vector<void *> Payloads;
-  std::unique_ptr<DictReadCache[]> DictCaches;
+  /// All memo slots, laid out in the order native code visits them.
+  std::unique_ptr<DictReadCache[]> Memos;
+  static constexpr uint32_t NoMemo = ~uint32_t(0);
+  std::vector<uint32_t> ValueMemo; ///< per value: index into Memos or NoMemo
+  std::vector<uint32_t> GuardMemo; ///< per guard: index into Memos or NoMemo
   bool NeedsLocalState = false;
 };
 

@@ -57,6 +57,16 @@ constexpr size_t DictVersionTagOffset = 24;
 static_assert(offsetof(PyDictObject, ma_version_tag) == DictVersionTagOffset);
 static_assert(sizeof(((PyDictObject *)nullptr)->ma_version_tag) == 8);
 
+/// Py_TPFLAGS_MANAGED_DICT: instances keep their __dict__ pointer and their
+/// inline-values pointer in the pre-header, before the PyObject
+/// (_PyObject_ManagedDictPointer = obj - 3 words, _PyObject_ValuesPointer =
+/// obj - 4 words in 3.11's internal/pycore_object.h, which C++ cannot
+/// include; tests/unit/Runtime checks both offsets on live objects).
+constexpr uint64_t ManagedDictFlag = Py_TPFLAGS_MANAGED_DICT;
+static_assert(ManagedDictFlag == (1ULL << 4));
+constexpr int64_t ManagedDictOffset = -3 * int64_t(PointerSize);
+constexpr int64_t ManagedValuesOffset = -4 * int64_t(PointerSize);
+
 } // namespace guardjit::abi
 
 #endif // GUARDJIT_RUNTIME_CPYTHONABI_H

@@ -27,8 +27,12 @@ namespace guardjit {
 bool accessorReturnsNewRef(AccessorKind K);
 
 /// Whether reads of accessor `K` go through a DictReadCache slot in native
-/// code (FrameLocal and DictGetItem: both are PyDict_GetItem).
+/// code: FrameLocal and DictGetItem (PyDict_GetItem), DictKey and DictValue
+/// (the Index-th item in iteration order).
 bool accessorUsesDictCache(AccessorKind K);
+/// Whether guard kind `K` has a pass memo (a DictReadCache slot whose hit
+/// means "passed on this dict state"): DICT_CONTAINS.
+bool guardUsesDictCache(GuardKind K);
 
 /// One read site's memo of a `PyDict_GetItem(Dict, Key)` probe, keyed on the
 /// dict's PEP 509 version tag. Owned by the BoundGuardSet (one slot per
@@ -48,7 +52,8 @@ bool accessorUsesDictCache(AccessorKind K);
 ///  * A slot is filled only when the probe was pure: `Key` is an exact str
 ///    and the dict's keys are all exact str (dk_kind != DICT_KEYS_GENERAL),
 ///    so the lookup compared str objects only and ran no user __eq__/__hash__.
-///    Same dict state + same key => same entry.
+///    Same dict state + same key => same entry. (Reads by insertion index,
+///    DictKey/DictValue, walk the entry table and are always pure.)
 ///  * `Value` is borrowed: while the tag is unchanged the dict still holds a
 ///    reference to it, so it is alive whenever a hit returns it. After the
 ///    dict changes the pointer may dangle, but it is never read then.
@@ -81,6 +86,11 @@ PyObject *gj_rt_list_get_item(PyObject *List, Py_ssize_t Index);
 PyObject *gj_rt_get_item(PyObject *Obj, PyObject *Key); // NEW
 PyObject *gj_rt_dict_key(PyObject *Dict, Py_ssize_t Index);
 PyObject *gj_rt_dict_value(PyObject *Dict, Py_ssize_t Index);
+/// Miss paths of the memoized DictKey / DictValue reads.
+PyObject *gj_rt_dict_key_fill(PyObject *Dict, Py_ssize_t Index,
+                              guardjit::DictReadCache *Cache);
+PyObject *gj_rt_dict_value_fill(PyObject *Dict, Py_ssize_t Index,
+                                guardjit::DictReadCache *Cache);
 void gj_rt_decref(PyObject *Obj);
 
 // Leaf guards.
@@ -88,6 +98,10 @@ int gj_rt_equals_match(PyObject *Value, PyObject *Constant);
 int gj_rt_length_check(PyObject *Value, Py_ssize_t Length);
 int gj_rt_dict_length(PyObject *Value, Py_ssize_t Length);
 int gj_rt_dict_contains(PyObject *Dict, PyObject *Key, int Expected);
+/// gj_rt_dict_contains that records a pass after a pure probe in `Cache`
+/// (the miss path; native code tests the hit inline).
+int gj_rt_dict_contains_fill(PyObject *Dict, PyObject *Key, int Expected,
+                             guardjit::DictReadCache *Cache);
 int gj_rt_no_hasattr(PyObject *Value, PyObject *Name);
 int gj_rt_lambda(PyObject *Fn, PyObject *Value);
 int gj_rt_dimension_marking(PyObject *Value, const void *Payload);

@@ -862,6 +862,7 @@ TEST_P(EngineTest, DictCacheFillsOnPureProbesAndHits) {
   Ref L = eval("{'m': m}");
   // The interpreter is the uncached reference: it leaves the slots alone.
   EXPECT_TRUE(interpret(*BS, L.get()));
+  ASSERT_NE(BS->dictCache(MS.W), nullptr);
   EXPECT_EQ(BS->dictCache(MS.W)->Dict, nullptr);
   EXPECT_TRUE(both(*BS, Fn, L.get()));
   for (ValueId Id : {MS.M, MS.Modules, MS.Training, MS.Leaf0, MS.W, MS.Name}) {
@@ -872,7 +873,7 @@ TEST_P(EngineTest, DictCacheFillsOnPureProbesAndHits) {
   Ref Leaf0Dict = eval("m._modules['0'].__dict__");
   EXPECT_EQ(BS->dictCache(MS.W)->Dict, Leaf0Dict.get());
   // Generic dict reads have no slot of their own.
-  EXPECT_EQ(BS->dictCache(MS.MDict)->Dict, nullptr);
+  EXPECT_EQ(BS->dictCache(MS.MDict), nullptr);
 
   // White box: a hit returns the memo without probing. Plant a wrong value
   // under the current tag; the native check must see it (proving the hit
@@ -1034,6 +1035,158 @@ TEST_P(EngineTest, DictCacheSkipsImpureProbes) {
     EXPECT_EQ(BS->dictCache(K)->Dict != nullptr, C.Fills);
     if (!C.Fills)
       continue;
+    EXPECT_EQ(both(*BS, Fn, L.get()), C.Expected);
+  }
+}
+
+TEST_P(EngineTest, DictContainsMemoRecordsPassesOnly) {
+  SetBuilder SB;
+  ValueId D = SB.local("d");
+  SB.guard(GuardKind::DictContains, {D}, SB.str("a"), 1);
+  SB.guard(GuardKind::DictContains, {D}, SB.str("b"), 0);
+  BUILD(SB);
+  ASSERT_NE(BS->guardCache(0), nullptr);
+  ASSERT_NE(BS->guardCache(1), nullptr);
+  EXPECT_EQ(BS->dictCache(D), BS->guardCache(0) - 1); // visiting order
+
+  exec("d = {'a': 1}");
+  Ref L = eval("{'d': d}");
+  EXPECT_TRUE(both(*BS, Fn, L.get()));
+  EXPECT_EQ(BS->guardCache(0)->Dict, eval("d").get());
+  EXPECT_EQ(BS->guardCache(1)->Dict, eval("d").get());
+
+  // White box: a planted pass for the current state is taken without a probe.
+  exec("d['b'] = 2");
+  *BS->guardCache(1) = *BS->guardCache(0); // stale tag: must miss
+  EXPECT_FALSE(both(*BS, Fn, L.get()));
+  Ref Dv = eval("d");
+  BS->guardCache(1)->Dict = Dv.get();
+  BS->guardCache(1)->Tag =
+      reinterpret_cast<PyDictObject *>(Dv.get())->ma_version_tag;
+  EXPECT_EQ(Fn(L.get()), 1) << "the native check did not use the memo";
+  *BS->guardCache(1) = DictReadCache();
+
+  struct Mutation {
+    const char *Do, *Undo;
+    bool Expected;
+  };
+  const Mutation Mutations[] = {
+      {"del d['b']", "pass", true},
+      {"d['b'] = 0", "del d['b']", false},
+      {"del d['a']", "d['a'] = 1", false},
+      {"d.clear()", "d['a'] = 1", false},
+      {"d['a'] = None", "d['a'] = 1", true},
+      {"d[3] = 4", "del d[3]", true}, // general keys: probes, no memo
+      {"d = {'a': 0}", "d = {'a': 1}", true},
+      {"d = {}", "d = {'a': 1}", false},
+  };
+  for (const Mutation &M : Mutations) {
+    SCOPED_TRACE(M.Do);
+    exec(M.Do);
+    Ref L2 = eval("{'d': d}");
+    EXPECT_EQ(both(*BS, Fn, L2.get()), M.Expected);
+    EXPECT_EQ(both(*BS, Fn, L2.get()), M.Expected);
+    exec(M.Undo);
+    Ref L3 = eval("{'d': d}");
+    EXPECT_TRUE(both(*BS, Fn, L3.get()));
+    EXPECT_TRUE(both(*BS, Fn, L3.get()));
+  }
+}
+
+TEST_P(EngineTest, DictKeyAndValueMemosFollowOrder) {
+  exec("od = {'x': 1, 'y': f, 'z': 3}");
+  Ref Y = eval("'y'"), F = eval("f");
+  SetBuilder SB;
+  ValueId D = SB.local("od");
+  ValueId K1 = SB.indexed(AccessorKind::DictKey, D, 1);
+  ValueId V1 = SB.indexed(AccessorKind::DictValue, D, 1);
+  SB.guard(GuardKind::EqualsMatch, {K1},
+           SB.object(Y.get(), ObjectKind::Constant, true));
+  SB.guard(GuardKind::IdMatch, {V1}, SB.object(F.get()));
+  BUILD(SB);
+  Ref L = eval("{'od': od}");
+  EXPECT_TRUE(both(*BS, Fn, L.get()));
+  EXPECT_EQ(BS->dictCache(K1)->Dict, eval("od").get());
+  EXPECT_EQ(BS->dictCache(V1)->Value, F.get());
+
+  struct Mutation {
+    const char *Do, *Undo;
+    bool Expected;
+  };
+  const Mutation Mutations[] = {
+      {"od['w'] = 0", "del od['w']", true},             // appended: same [1]
+      {"od['y'] = g", "od['y'] = f", false},            // value replaced
+      {"od['y'] = f", "pass", true},                    // same value
+      {"del od['x']", "od.clear(); od.update(x=1, y=f, z=3)", false},
+      {"v = od.pop('y'); od['y'] = v", "od.clear(); od.update(x=1, y=f, z=3)",
+       false},                                          // reordered
+      {"od.clear()", "od.update(x=1, y=f, z=3)", false},
+      {"od[5] = 6", "del od[5]", true},                 // general keys
+      {"od = {'a': 0, 'y': f}", "od = {'x': 1, 'y': f, 'z': 3}", true},
+      {"od = {'a': 0}", "od = {'x': 1, 'y': f, 'z': 3}", false},
+  };
+  for (const Mutation &M : Mutations) {
+    SCOPED_TRACE(M.Do);
+    exec(M.Do);
+    Ref L2 = eval("{'od': od}");
+    EXPECT_EQ(both(*BS, Fn, L2.get()), M.Expected);
+    EXPECT_EQ(both(*BS, Fn, L2.get()), M.Expected);
+    exec(M.Undo);
+    Ref L3 = eval("{'od': od}");
+    EXPECT_TRUE(both(*BS, Fn, L3.get()));
+    EXPECT_TRUE(both(*BS, Fn, L3.get()));
+  }
+  // A dict subclass is read (PyDict_Next) but never memoized.
+  exec("class OD(dict):\n    pass\n");
+  Ref Sub = eval("{'od': OD(x=1, y=f)}");
+  *BS->dictCache(K1) = DictReadCache();
+  EXPECT_TRUE(both(*BS, Fn, Sub.get()));
+  EXPECT_EQ(BS->dictCache(K1)->Dict, nullptr);
+}
+
+TEST_P(EngineTest, GenericDictInlineAndSlowPaths) {
+  exec("class Plain:\n"
+       "    pass\n"
+       "class Slots:\n"
+       "    __slots__ = ('a',)\n"
+       "class Err(Exception):\n" // tp_dictoffset layout, not managed
+       "    pass\n");
+  Ref Five = eval("5");
+  SetBuilder SB;
+  ValueId O = SB.local("o");
+  ValueId D = SB.unary(AccessorKind::GenericDict, O);
+  SB.guard(GuardKind::EqualsMatch, {SB.keyed(AccessorKind::DictGetItem, D, "a")},
+           SB.object(Five.get(), ObjectKind::Constant, true));
+  BUILD(SB);
+  struct Case {
+    const char *Setup, *Obj;
+    bool Expected;
+  };
+  const Case Cases[] = {
+      // Inline values, not materialized: the helper materializes once.
+      {"o = Plain(); o.a = 5", "o", true},
+      // Materialized: now the inline path.
+      {"pass", "o", true},
+      {"o.a = 6", "o", false},
+      // A managed type without any attribute (no values, no dict yet).
+      {"o = Plain()", "o", false},
+      {"o.a = 5", "o", true},
+      // __dict__ replaced by assignment.
+      {"o.__dict__ = {'a': 5}", "o", true},
+      {"o.__dict__ = {'a': 7}", "o", false},
+      {"e = Err(); e.a = 5", "e", true},
+      {"e.a = 4", "e", false},
+      {"s = Slots(); s.a = 5", "s", false}, // no __dict__
+      {"pass", "5", false},
+      {"import types; ns = types.SimpleNamespace(a=5)", "ns", true},
+      {"import math", "math", false}, // a module has a __dict__ without 'a'
+  };
+  for (const Case &C : Cases) {
+    SCOPED_TRACE(C.Setup);
+    exec(C.Setup);
+    std::string Expr = std::string("{'o': ") + C.Obj + "}";
+    Ref L = eval(Expr.c_str());
+    EXPECT_EQ(both(*BS, Fn, L.get()), C.Expected);
     EXPECT_EQ(both(*BS, Fn, L.get()), C.Expected);
   }
 }

@@ -10,6 +10,7 @@
 #include "guardjit/Runtime/Interpreter.h"
 
 #include "guardjit/Runtime/BoundGuardSet.h"
+#include "guardjit/Runtime/CPythonABI.h"
 #include "guardjit/Runtime/RuntimeHelpers.h"
 #include "guardjit/Runtime/TorchHooks.h"
 
@@ -312,6 +313,81 @@ TEST_F(InterpreterTest, GenericDictMaterializesManagedDict) {
   // Objects without a __dict__ fail.
   EXPECT_FALSE(check(*B, locals("{'o': Slotted()}")));
   EXPECT_FALSE(check(*B, locals("{'o': 5}")));
+}
+
+TEST_F(InterpreterTest, ManagedDictPreHeaderOffsets) {
+  // CPythonABI.h's pre-header offsets cannot be static_asserted (the
+  // internal header is C only): check them on live objects instead.
+  exec("class Plain:\n    pass\np = Plain(); p.a = 1");
+  Ref P(eval("p"));
+  ASSERT_TRUE(Py_TYPE(P.get())->tp_flags & guardjit::abi::ManagedDictFlag);
+  auto word = [&](int64_t Offset) {
+    return *reinterpret_cast<PyObject **>(reinterpret_cast<char *>(P.get()) +
+                                          Offset);
+  };
+  EXPECT_NE(word(guardjit::abi::ManagedValuesOffset), nullptr); // inline values
+  EXPECT_EQ(word(guardjit::abi::ManagedDictOffset), nullptr);
+  Ref Dict(eval("p.__dict__"));
+  EXPECT_EQ(word(guardjit::abi::ManagedValuesOffset), nullptr);
+  EXPECT_EQ(word(guardjit::abi::ManagedDictOffset), Dict.get());
+  EXPECT_EQ(reinterpret_cast<PyDictObject *>(Dict.get())->ma_version_tag,
+            *reinterpret_cast<uint64_t *>(reinterpret_cast<char *>(Dict.get()) +
+                                          guardjit::abi::DictVersionTagOffset));
+}
+
+TEST_F(InterpreterTest, DictMemoHelpers) {
+  // gj_rt_dict_get_item_cached is the helper form of the JIT's inline memo
+  // (the interpreter itself stays uncached, as the reference).
+  Ref D(eval("{'a': 1, 'b': 2}"));
+  Ref A(PyUnicode_InternFromString("a"));
+  DictReadCache C;
+  PyObject *One = PyDict_GetItem(D.get(), A.get());
+  EXPECT_EQ(gj_rt_dict_get_item_cached(D.get(), A.get(), &C), One);
+  EXPECT_EQ(C.Dict, D.get());
+  EXPECT_EQ(C.Value, One);
+  uint64_t Tag = C.Tag;
+  EXPECT_EQ(gj_rt_dict_get_item_cached(D.get(), A.get(), &C), One);
+  EXPECT_EQ(C.Tag, Tag);
+  // Every mutation moves the tag, even one that does not touch 'a'.
+  PyDict_SetItemString(D.get(), "c", One);
+  EXPECT_EQ(gj_rt_dict_get_item_cached(D.get(), A.get(), &C), One);
+  EXPECT_NE(C.Tag, Tag);
+  Ref Two(PyLong_FromLong(2));
+  PyDict_SetItem(D.get(), A.get(), Two.get());
+  EXPECT_EQ(gj_rt_dict_get_item_cached(D.get(), A.get(), &C), Two.get());
+  PyDict_DelItem(D.get(), A.get());
+  EXPECT_EQ(gj_rt_dict_get_item_cached(D.get(), A.get(), &C), nullptr);
+  EXPECT_FALSE(PyErr_Occurred());
+  // Misses leave the slot alone (the last hit stays, under its old tag).
+  EXPECT_EQ(C.Value, Two.get());
+
+  // A non-str key or general keys: read, not memoized.
+  DictReadCache C2;
+  Ref G(eval("{1: 'x', 'a': 3}"));
+  EXPECT_NE(gj_rt_dict_get_item_cached(G.get(), A.get(), &C2), nullptr);
+  EXPECT_EQ(C2.Dict, nullptr);
+  Ref IntKey(PyLong_FromLong(1));
+  EXPECT_NE(gj_rt_dict_get_item_cached(G.get(), IntKey.get(), &C2), nullptr);
+  EXPECT_EQ(C2.Dict, nullptr);
+  // Non-dicts read as PyDict_GetItem does (NULL, no error).
+  EXPECT_EQ(gj_rt_dict_get_item_cached(IntKey.get(), A.get(), &C2), nullptr);
+  EXPECT_FALSE(PyErr_Occurred());
+
+  // DICT_CONTAINS memo: only passes are recorded.
+  DictReadCache C3;
+  Ref B(PyUnicode_InternFromString("b"));
+  EXPECT_EQ(gj_rt_dict_contains_fill(D.get(), B.get(), 0, &C3), 0);
+  EXPECT_EQ(C3.Dict, nullptr);
+  EXPECT_EQ(gj_rt_dict_contains_fill(D.get(), B.get(), 1, &C3), 1);
+  EXPECT_EQ(C3.Dict, D.get());
+
+  // Key / value by insertion index.
+  DictReadCache C4;
+  Ref Od(eval("{'x': 1, 'y': 2}"));
+  EXPECT_EQ(gj_rt_dict_key_fill(Od.get(), 1, &C4),
+            gj_rt_dict_key(Od.get(), 1));
+  EXPECT_EQ(C4.Dict, Od.get());
+  EXPECT_EQ(gj_rt_dict_value_fill(Od.get(), 5, &C4), nullptr);
 }
 
 TEST_F(InterpreterTest, GetAttrFullProtocolAndErrors) {
