@@ -38,6 +38,13 @@ struct DimensionMarkingPayload {
   std::vector<Expected> ExpectedAttrs;
   std::vector<PyObject *> AbsentAttrs;
   std::vector<Dependent> DependentAttrs;
+
+  /// Memo of the fast "no _has_dynamo_dim_marking" test (RuntimeHelpers.cpp):
+  /// `_PyType_Lookup(GateFreeType, gate)` was NULL while the type's
+  /// attribute-cache version was GateFreeTag. Not references; written with
+  /// the GIL held; never changes an answer.
+  mutable PyTypeObject *GateFreeType = nullptr;
+  mutable unsigned int GateFreeTag = 0;
 };
 
 /// Builds the payload from the bound tuple (see the file comment). GIL held.

@@ -11,6 +11,7 @@
 #include "guardjit/Runtime/RuntimeHelpers.h"
 
 #include "DimensionMarking.h"
+#include "guardjit/Runtime/CPythonABI.h"
 
 // PyDictKeysObject::dk_kind (is every key an exact str?) is only in the
 // internal header; the layout is CPython 3.11's, pinned by Python.h.
@@ -395,6 +396,57 @@ static const MarkingNames *markingNames() {
   return &Names;
 }
 
+/// True when `Value` certainly has no attribute `Gate`, decided exactly as
+/// PyObject_HasAttr decides it for a type with the generic getattr
+/// (_PyObject_GenericGetAttrWithDict with suppress=1), without creating or
+/// fetching an exception: no class attribute anywhere in the MRO, then no
+/// instance-dict entry. False means "not decided here": the caller runs the
+/// full PyObject_HasAttr.
+///
+/// The class-attribute half is memoized per guard by (type, tp_version_tag),
+/// the key of CPython's own attribute cache: a valid tag is assigned from a
+/// global counter, and every change to the type or to any class in its MRO
+/// (type_modified) clears Py_TPFLAGS_VALID_VERSION_TAG and drops the tag, so
+/// a live type at the memo's address with the memo's valid tag is the same
+/// type in the same state.
+static bool surelyHasNoAttr(PyObject *Value, PyObject *Gate,
+                            const DimensionMarkingPayload &P) {
+  PyTypeObject *Tp = Py_TYPE(Value);
+  if (Tp->tp_getattro != PyObject_GenericGetAttr)
+    return false;
+  bool ValidTag = Tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG;
+  if (!(ValidTag && Tp == P.GateFreeType &&
+        Tp->tp_version_tag == P.GateFreeTag)) {
+    // _PyType_Lookup raises nothing (it clears lookup errors itself).
+    if (_PyType_Lookup(Tp, Gate))
+      return false; // a class attribute or descriptor: the slow path decides
+    if (Tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) {
+      P.GateFreeType = Tp;
+      P.GateFreeTag = Tp->tp_version_tag;
+    }
+  }
+  PyObject *Dict = nullptr;
+  if (Tp->tp_flags & Py_TPFLAGS_MANAGED_DICT) {
+    char *Obj = reinterpret_cast<char *>(Value);
+    if (*reinterpret_cast<void **>(Obj + abi::ManagedValuesOffset))
+      return false; // inline values: leave them to CPython
+    Dict = *reinterpret_cast<PyObject **>(Obj + abi::ManagedDictOffset);
+  } else if (PyObject **DictPtr = _PyObject_GetDictPtr(Value)) {
+    // Without a managed dict this is pointer arithmetic on tp_dictoffset.
+    Dict = *DictPtr;
+  }
+  if (!Dict)
+    return true;
+  Py_INCREF(Dict); // as the generic getattr does: a user __eq__ may drop it
+  PyObject *X = PyDict_GetItemWithError(Dict, Gate);
+  Py_DECREF(Dict);
+  if (X)
+    return false;
+  // A raising lookup makes PyObject_HasAttr answer 0 as well.
+  PyErr_Clear();
+  return true;
+}
+
 extern "C" int gj_rt_dimension_marking(PyObject *Value, const void *Payload) {
   // The C++ source of this 2.13 guard is not available; the order of reads
   // and every rule below were established by experiments against the 2.13
@@ -413,7 +465,8 @@ extern "C" int gj_rt_dimension_marking(PyObject *Value, const void *Payload) {
   const MarkingNames *Names = markingNames();
   if (!P || !Names)
     return 0;
-  if (!PyObject_HasAttr(Value, Names->Gate))
+  if (surelyHasNoAttr(Value, Names->Gate, *P) ||
+      !PyObject_HasAttr(Value, Names->Gate))
     return 1;
   if (P->ExpectedAttrs.empty() && P->DependentAttrs.empty())
     return 0;

@@ -885,6 +885,80 @@ TEST_F(InterpreterTest, DimensionMarking) {
                   "_dynamo_dynamic_indices={2})"));
 }
 
+TEST_F(InterpreterTest, DimensionMarkingGateLookupMatchesHasattr) {
+  // With no markings compiled in, the guard is exactly
+  // `not hasattr(t, '_has_dynamo_dim_marking')`: exercise every branch of the
+  // fast gate lookup (and its per-guard type memo) against hasattr itself.
+  exec("spec_gate = ({}, [], {})\n"
+       "G = '_has_dynamo_dim_marking'\n"
+       "class Base:\n"
+       "    pass\n"
+       "class Sub(Base):\n"
+       "    pass\n"
+       "class WithGetattr:\n"
+       "    def __getattr__(self, name):\n"
+       "        if name == G: return 1\n"
+       "        raise AttributeError(name)\n"
+       "class Err(Exception):\n"
+       "    pass\n"
+       "class Slot:\n"
+       "    __slots__ = (G,)\n"
+       "class Prop:\n"
+       "    @property\n"
+       "    def _has_dynamo_dim_marking(self):\n"
+       "        raise AttributeError('no')\n"
+       "class Coll:\n"
+       "    def __hash__(self): return hash(G)\n"
+       "    def __eq__(self, other): raise ValueError('eq')\n"
+       "def with_dict(o, **kw):\n"
+       "    o.__dict__.update(kw)\n"
+       "    return o\n"
+       "def with_values(o, **kw):\n"
+       "    for k, v in kw.items(): setattr(o, k, v)\n"
+       "    return o\n");
+  SetBuilder SB;
+  SB.guard(GuardKind::DimensionMarking, {SB.local("t")},
+           SB.object(global("spec_gate"), true, ObjectKind::Constant));
+  auto B = SB.bind();
+  auto agree = [&](const char *Setup, const char *Expr) {
+    SCOPED_TRACE(std::string(Setup) + " / " + Expr);
+    exec(Setup);
+    std::string Has = std::string("hasattr(") + Expr + ", G)";
+    Ref Present(eval(Has.c_str()));
+    std::string L = std::string("{'t': ") + Expr + "}";
+    Ref Locals(eval(L.c_str()));
+    for (int I = 0; I < 2; ++I) // second time through the type memo
+      EXPECT_EQ(check(*B, Locals), Present.get() == Py_False);
+  };
+  agree("b = Base()", "b");
+  agree("b = with_dict(Base())", "b");
+  agree("b = with_dict(Base(), _has_dynamo_dim_marking=0)", "b");
+  agree("b = with_values(Base(), _has_dynamo_dim_marking=None)", "b");
+  agree("b = Base()", "b");
+  // The type memo must not survive a change of the class or of a base.
+  agree("Base._has_dynamo_dim_marking = False", "Base()");
+  agree("del Base._has_dynamo_dim_marking", "Base()");
+  agree("pass", "Sub()");
+  agree("Base._has_dynamo_dim_marking = True", "Sub()");
+  agree("del Base._has_dynamo_dim_marking", "Sub()");
+  agree("Sub._has_dynamo_dim_marking = 1", "with_dict(Sub())");
+  agree("del Sub._has_dynamo_dim_marking", "with_dict(Sub())");
+  // Not the generic getattr, descriptors, other dict layouts.
+  agree("pass", "WithGetattr()");
+  agree("e = Err()", "e");
+  agree("e._has_dynamo_dim_marking = 1", "e");
+  agree("s = Slot()", "s");
+  agree("setattr(s, G, 1)", "s");
+  agree("pass", "Prop()");
+  agree("pass", "5");
+  agree("pass", "Base");
+  // A raising key in the instance dict: Python's hasattr() raises, the C
+  // PyObject_HasAttr the guard has always used says "absent" -> pass.
+  exec("c = with_dict(Base()); c.__dict__[Coll()] = 1");
+  for (int I = 0; I < 2; ++I)
+    EXPECT_TRUE(check(*B, locals("{'t': c}")));
+}
+
 //===----------------------------------------------------------------------===//
 // Binding
 //===----------------------------------------------------------------------===//
