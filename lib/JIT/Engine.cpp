@@ -194,17 +194,25 @@ void GuardJIT::optimize(Module &M) {
 
 Expected<GuardJIT::Lowered> GuardJIT::lower(const BoundGuardSet &Set,
                                             bool KeepNames) {
+  return lower(Set.set(), &Set, KeepNames);
+}
+
+Expected<GuardJIT::Lowered> GuardJIT::lower(const GuardSet &S,
+                                            const BoundGuardSet *Bound,
+                                            bool KeepNames) {
   Lowered L;
   L.Ctx = std::make_unique<LLVMContext>();
   // Block and value names are for people reading --emit=llvm; creating them
   // costs about a third of the lowering.
   L.Ctx->setDiscardValueNames(!KeepNames);
-  L.M = std::make_unique<Module>(Set.set().name(), *L.Ctx);
+  L.M = std::make_unique<Module>(S.name(), *L.Ctx);
   L.M->setDataLayout(J->getDataLayout());
   L.M->setTargetTriple(J->getTargetTriple().str());
-  L.Symbol = formatv("gj_check_{0}_{1}", sanitize(Set.set().name()),
+  L.Symbol = formatv("gj_check_{0}_{1}", sanitize(S.name()),
                      Counter.fetch_add(1, std::memory_order_relaxed));
-  if (auto F = lowerGuardSet(Set, *L.M, L.Symbol, &L.Stats); !F)
+  auto F = Bound ? lowerGuardSet(*Bound, *L.M, L.Symbol, &L.Stats)
+               : lowerGuardSetSymbolic(S, *L.M, L.Symbol, &L.Stats);
+  if (!F)
     return F.takeError();
   // Malformed IR would crash instruction selection instead of failing.
   std::string Problems;
@@ -212,7 +220,7 @@ Expected<GuardJIT::Lowered> GuardJIT::lower(const BoundGuardSet &Set,
   if ((Opts.VerifyIR || AlwaysVerify) && verifyModule(*L.M, &OS))
     return createStringError("guardjit internal error: invalid LLVM IR for "
                              "'%s': %s",
-                             Set.set().name().c_str(), Problems.c_str());
+                             S.name().c_str(), Problems.c_str());
   return L;
 }
 
@@ -262,13 +270,24 @@ Expected<std::string> GuardJIT::emitLLVM(const BoundGuardSet &Set) {
   auto L = lower(Set, /*KeepNames=*/true);
   if (!L)
     return L.takeError();
+  return printLowered(*L);
+}
+
+Expected<std::string> GuardJIT::emitLLVM(const GuardSet &Set) {
+  auto L = lower(Set, nullptr, /*KeepNames=*/true);
+  if (!L)
+    return L.takeError();
+  return printLowered(*L);
+}
+
+std::string GuardJIT::printLowered(Lowered &L) {
   {
     std::lock_guard<std::mutex> Lock(CodegenLock);
-    optimize(*L->M);
+    optimize(*L.M);
   }
   std::string Out;
   raw_string_ostream OS(Out);
-  L->M->print(OS, nullptr);
+  L.M->print(OS, nullptr);
   return Out;
 }
 
@@ -276,14 +295,25 @@ Expected<std::string> GuardJIT::emitAssembly(const BoundGuardSet &Set) {
   auto L = lower(Set, /*KeepNames=*/true);
   if (!L)
     return L.takeError();
+  return assembleLowered(*L);
+}
+
+Expected<std::string> GuardJIT::emitAssembly(const GuardSet &Set) {
+  auto L = lower(Set, nullptr, /*KeepNames=*/true);
+  if (!L)
+    return L.takeError();
+  return assembleLowered(*L);
+}
+
+Expected<std::string> GuardJIT::assembleLowered(Lowered &L) {
   SmallString<0> Asm;
   raw_svector_ostream OS(Asm);
   std::lock_guard<std::mutex> Lock(CodegenLock);
-  optimize(*L->M);
+  optimize(*L.M);
   legacy::PassManager PM;
   if (TM->addPassesToEmitFile(PM, OS, nullptr, CodeGenFileType::AssemblyFile))
     return createStringError("the host target cannot emit assembly");
-  PM.run(*L->M);
+  PM.run(*L.M);
   return std::string(Asm.str());
 }
 

@@ -99,8 +99,9 @@ bool needsKey(AccessorKind K) {
 
 class Lowerer {
 public:
-  Lowerer(const BoundGuardSet &BS, Module &M)
-      : BS(BS), S(BS.set()), M(M), Ctx(M.getContext()), B(Ctx),
+  /// `BS` null lowers `S` with symbolic addresses (lowerGuardSetSymbolic).
+  Lowerer(const GuardSet &S, const BoundGuardSet *BS, Module &M)
+      : BS(BS), S(S), M(M), Ctx(M.getContext()), B(Ctx),
         PtrTy(PointerType::getUnqual(Ctx)), I32(Type::getInt32Ty(Ctx)),
         I64(Type::getInt64Ty(Ctx)),
         Likely(MDBuilder(Ctx).createLikelyBranchWeights()) {}
@@ -113,7 +114,33 @@ private:
 
   FunctionCallee helper(StringRef Name, Type *Ret, ArrayRef<Type *> Params);
   Constant *pointer(const void *Address);
-  Constant *object(ObjectId Id) { return pointer(BS.object(Id)); }
+  /// The addresses of the BoundGuardSet, or symbols standing for them.
+  Constant *object(ObjectId Id) {
+    return BS ? pointer(BS->object(Id)) : symbol("gj.obj." + Twine(Id));
+  }
+  Constant *payload(size_t GuardIndex) {
+    return BS ? pointer(BS->payload(GuardIndex))
+              : symbol("gj.payload.g" + Twine(GuardIndex));
+  }
+  Constant *valueMemo(ValueId Id) {
+    return BS ? pointer(BS->dictCache(Id)) : symbol("gj.memo.v" + Twine(Id));
+  }
+  Constant *guardMemo(size_t GuardIndex) {
+    return BS ? pointer(BS->guardCache(GuardIndex))
+              : symbol("gj.memo.g" + Twine(GuardIndex));
+  }
+  /// An external global named `Name` (symbolic lowering only).
+  Constant *symbol(const Twine &Name) {
+    return M.getOrInsertGlobal(Name.str(), B.getInt8Ty());
+  }
+  /// As BoundGuardSet::needsLocalState, which binding computes from the kinds.
+  bool needsLocalState() const {
+    return BS ? BS->needsLocalState()
+              : std::any_of(S.guards().begin(), S.guards().end(),
+                            [](const Guard &G) {
+                              return G.Kind == GuardKind::TensorMatch;
+                            });
+  }
   /// "v3" / "g12": the stem of a step's names, empty when the context
   /// discards names anyway (compile(), where they only cost time).
   std::string prefix(char Kind, size_t N) const {
@@ -150,7 +177,7 @@ private:
   void emitGuard(size_t Index, LoweringStats &Stats);
   void emitRelease(llvm::Value *Obj);
 
-  const BoundGuardSet &BS;
+  const BoundGuardSet *BS;
   const GuardSet &S;
   Module &M;
   LLVMContext &Ctx;
@@ -231,6 +258,19 @@ FunctionCallee Lowerer::helper(StringRef Name, Type *Ret,
 }
 
 Constant *Lowerer::pointer(const void *Address) {
+  if (!BS) {
+    // Symbolic lowering: CPython's statics by their C names, so that emitted
+    // text does not depend on where libpython was loaded.
+    static const std::pair<const void *, const char *> Statics[] = {
+        {Py_None, "_Py_NoneStruct"},
+        {Py_True, "_Py_TrueStruct"},
+        {Py_False, "_Py_FalseStruct"},
+        {&PyDict_Type, "PyDict_Type"},
+    };
+    for (const auto &[Addr, Name] : Statics)
+      if (Addr == Address)
+        return symbol(Name);
+  }
   return ConstantExpr::getIntToPtr(
       ConstantInt::get(I64, reinterpret_cast<uintptr_t>(Address)), PtrTy);
 }
@@ -371,7 +411,7 @@ Lowerer::emitMemoTest(Constant *Slot, llvm::Value *Dict,
 llvm::Value *Lowerer::emitMemoRead(ValueId Id, llvm::Value *Dict,
                                    StringRef Fill, Type *ArgTy,
                                    llvm::Value *Arg, const std::string &Name) {
-  Constant *Slot = pointer(BS.dictCache(Id));
+  Constant *Slot = valueMemo(Id);
   auto [Hit, Miss] = emitMemoTest(Slot, Dict, Name);
   BasicBlock *Join = BasicBlock::Create(Ctx, Name + ".read", F);
 
@@ -500,7 +540,6 @@ void Lowerer::emitGuard(size_t Index, LoweringStats &Stats) {
     ++Stats.NumInlined;
     return Ok;
   };
-  const void *Payload = BS.payload(Index);
   llvm::Value *Ok = nullptr;
   switch (G.Kind) {
   case GuardKind::TypeMatch:
@@ -547,7 +586,7 @@ void Lowerer::emitGuard(size_t Index, LoweringStats &Stats) {
     // A pass memo: a hit is a pass on this same dict state; a miss probes
     // (and records a pass after a pure probe).
     assert(guardUsesDictCache(G.Kind));
-    Constant *Slot = pointer(BS.guardCache(Index));
+    Constant *Slot = guardMemo(Index);
     auto [Hit, Miss] = emitMemoTest(Slot, V, P);
     BasicBlock *Done = BasicBlock::Create(Ctx, P + ".done", F);
     B.SetInsertPoint(Hit);
@@ -565,20 +604,20 @@ void Lowerer::emitGuard(size_t Index, LoweringStats &Stats) {
     break;
   case GuardKind::TensorMatch:
     Ok = Call("gj_rt_tensor_match", {PtrTy, PtrTy, PtrTy},
-              {V, pointer(Payload), LocalStatePtr});
+              {V, payload(Index), LocalStatePtr});
     break;
   case GuardKind::DimensionMarking:
-    Ok = Call("gj_rt_dimension_marking", {PtrTy, PtrTy}, {V, pointer(Payload)});
+    Ok = Call("gj_rt_dimension_marking", {PtrTy, PtrTy}, {V, payload(Index)});
     break;
   case GuardKind::GlobalState:
-    Ok = Call("gj_rt_global_state", {PtrTy}, {pointer(Payload)});
+    Ok = Call("gj_rt_global_state", {PtrTy}, {payload(Index)});
     break;
   case GuardKind::DefaultDevice:
     Ok = Call("gj_rt_default_device", {PtrTy, PtrTy},
               {object(G.Aux), object(G.Object)});
     break;
   case GuardKind::TorchFunctionModeStack:
-    Ok = Call("gj_rt_torch_function_mode_stack", {PtrTy}, {pointer(Payload)});
+    Ok = Call("gj_rt_torch_function_mode_stack", {PtrTy}, {payload(Index)});
     break;
   case GuardKind::NoTensorAliasing: {
     // The operand array lives in the entry block's frame; filled here.
@@ -627,7 +666,7 @@ Expected<Function *> Lowerer::run(StringRef Name, LoweringStats &Stats) {
 
   const auto &Guards = S.guards();
   bool UsesLocalState =
-      BS.needsLocalState() ||
+      needsLocalState() ||
       std::any_of(Guards.begin(), Guards.end(), [](const Guard &G) {
         return G.Kind == GuardKind::TensorMatch;
       });
@@ -636,7 +675,7 @@ Expected<Function *> Lowerer::run(StringRef Name, LoweringStats &Stats) {
                                    "local_state");
     // Read once per check, as the interpreter does; otherwise the hooks see
     // the empty state the interpreter passes.
-    if (BS.needsLocalState())
+    if (needsLocalState())
       B.CreateCall(helper("gj_rt_read_local_state", B.getVoidTy(), {PtrTy}),
                    {LocalStatePtr});
     else
@@ -692,7 +731,15 @@ Expected<Function *> Lowerer::run(StringRef Name, LoweringStats &Stats) {
 Expected<Function *> lowerGuardSet(const BoundGuardSet &Set, Module &M,
                                    StringRef Name, LoweringStats *Stats) {
   LoweringStats Local;
-  Lowerer L(Set, M);
+  Lowerer L(Set.set(), &Set, M);
+  return L.run(Name, Stats ? *Stats : Local);
+}
+
+Expected<Function *> lowerGuardSetSymbolic(const GuardSet &Set, Module &M,
+                                           StringRef Name,
+                                           LoweringStats *Stats) {
+  LoweringStats Local;
+  Lowerer L(Set, nullptr, M);
   return L.run(Name, Stats ? *Stats : Local);
 }
 

@@ -112,6 +112,11 @@ public:
   /// Nothing is added to the JIT.
   llvm::Expected<std::string> emitLLVM(const BoundGuardSet &Set);
   llvm::Expected<std::string> emitAssembly(const BoundGuardSet &Set);
+  /// The same for IR without live objects (parsed .gir): addresses become
+  /// external symbols (lowerGuardSetSymbolic in JIT/Lowering.h). Reads only
+  /// `Set`; no Python, no GIL.
+  llvm::Expected<std::string> emitLLVM(const GuardSet &Set);
+  llvm::Expected<std::string> emitAssembly(const GuardSet &Set);
 
   /// Looks up a compiled check by CompiledCheck::symbol(); fails once it is
   /// destroyed (used by tests to see that code was removed).
@@ -128,6 +133,12 @@ private:
   /// names are kept only for emitted text.
   struct Lowered;
   llvm::Expected<Lowered> lower(const BoundGuardSet &Set, bool KeepNames);
+  /// `Bound` null: symbolic addresses.
+  llvm::Expected<Lowered> lower(const GuardSet &S, const BoundGuardSet *Bound,
+                                bool KeepNames);
+  /// The bodies of emitLLVM / emitAssembly, after lowering.
+  std::string printLowered(Lowered &L);
+  llvm::Expected<std::string> assembleLowered(Lowered &L);
   /// Runs this engine's IR pipeline over `M`. Caller holds CodegenLock.
   void optimize(llvm::Module &M);
 

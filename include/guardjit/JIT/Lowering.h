@@ -31,6 +31,7 @@ class Module;
 namespace guardjit {
 
 class BoundGuardSet;
+class GuardSet;
 
 /// What the lowering emitted.
 struct LoweringStats {
@@ -53,6 +54,17 @@ llvm::Expected<llvm::Function *> lowerGuardSet(const BoundGuardSet &Set,
                                                llvm::Module &M,
                                                llvm::StringRef Name,
                                                LoweringStats *Stats = nullptr);
+
+/// Lowers `Set` without live objects, for reading the code of parsed IR
+/// (`guard-ir-opt --emit=llvm|asm`). Where lowerGuardSet bakes in addresses,
+/// this refers to external globals: object #N is `@gj.obj.N`, the payload of
+/// guard G `@gj.payload.gG`, the lookup memos `@gj.memo.vN` (value N) and
+/// `@gj.memo.gG` (guard G), CPython's statics their C symbols
+/// (`@_Py_NoneStruct`). The code is otherwise what lowerGuardSet emits; it is
+/// not meant to be linked or run.
+llvm::Expected<llvm::Function *>
+lowerGuardSetSymbolic(const GuardSet &Set, llvm::Module &M,
+                      llvm::StringRef Name, LoweringStats *Stats = nullptr);
 
 /// A runtime helper that generated code may call, and its address in this
 /// process. The engine defines all of them as absolute symbols.
