@@ -2,6 +2,7 @@
 #include "guardjit/IR/GuardSet.h"
 
 #include <cassert>
+#include <utility>
 
 namespace guardjit {
 
@@ -48,6 +49,28 @@ std::optional<GuardKind> parseGuardKind(std::string_view S) {
   if (S == Spelling)                                                           \
     return GuardKind::Enum;
 #include "guardjit/IR/Guards.def"
+  return std::nullopt;
+}
+
+// ObjectKind has no .def file: it is printer vocabulary, not a torch concept.
+static constexpr std::pair<ObjectKind, std::string_view> ObjectKindNames[] = {
+    {ObjectKind::Type, "type"},         {ObjectKind::Object, "object"},
+    {ObjectKind::Constant, "constant"}, {ObjectKind::Callable, "callable"},
+    {ObjectKind::Dict, "dict"},         {ObjectKind::Key, "key"},
+    {ObjectKind::State, "state"},
+};
+
+std::string_view spelling(ObjectKind K) {
+  for (const auto &[Kind, Name] : ObjectKindNames)
+    if (Kind == K)
+      return Name;
+  return "<invalid-object-kind>";
+}
+
+std::optional<ObjectKind> parseObjectKind(std::string_view S) {
+  for (const auto &[Kind, Name] : ObjectKindNames)
+    if (Name == S)
+      return Kind;
   return std::nullopt;
 }
 

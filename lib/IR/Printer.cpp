@@ -36,26 +36,6 @@ std::string quoteString(std::string_view S) {
   return Out;
 }
 
-static const char *spelling(ObjectKind K) {
-  switch (K) {
-  case ObjectKind::Type:
-    return "type";
-  case ObjectKind::Object:
-    return "object";
-  case ObjectKind::Constant:
-    return "constant";
-  case ObjectKind::Callable:
-    return "callable";
-  case ObjectKind::Dict:
-    return "dict";
-  case ObjectKind::Key:
-    return "key";
-  case ObjectKind::State:
-    return "state";
-  }
-  return "object";
-}
-
 static void printDims(std::ostream &OS,
                       const std::vector<std::optional<int64_t>> &Dims) {
   OS << '[';
@@ -89,7 +69,9 @@ static void printValue(std::ostream &OS, ValueId Id, const Value &V) {
     OS << " %" << V.Parent;
   if (!V.Name.empty())
     OS << " name=" << quoteString(V.Name);
-  if (V.Index >= 0)
+  // -1 is "no index"; any other value (even a negative one) is printed so
+  // that parse(print(S)) == S.
+  if (V.Index != -1)
     OS << " index=" << V.Index;
   if (V.Key != InvalidId)
     OS << " key=#" << V.Key;
@@ -113,20 +95,22 @@ static void printGuard(std::ostream &OS, const Guard &G) {
   const GuardAttrs &A = G.Attrs;
   if (A.IsGlobal)
     OS << " global";
+  if (A.FromNNModule)
+    OS << " nn_module";
   if (A.FromBuiltinNNModule)
     OS << " builtin_nn_module";
-  else if (A.FromNNModule)
-    OS << " nn_module";
   if (A.IsParameter)
     OS << " parameter";
   OS << " source=" << quoteString(A.Source);
-  if (!A.Loc.empty())
+  if (!A.Loc.empty() || A.Loc.Line != 0)
     OS << " loc=" << quoteString(A.Loc.File) << ':' << A.Loc.Line;
+  // Last: Dynamo's verbose code parts are the longest attribute.
+  if (!A.VerboseCode.empty())
+    OS << " verbose=" << quoteString(A.VerboseCode);
   OS << '\n';
 }
 
-std::string printGuardSet(const GuardSet &Set) {
-  std::ostringstream OS;
+static void printGuardSet(std::ostream &OS, const GuardSet &Set) {
   OS << "guard_set " << quoteString(Set.name()) << " {\n";
   const auto &Objects = Set.objects();
   for (size_t I = 0; I < Objects.size(); ++I)
@@ -142,6 +126,21 @@ std::string printGuardSet(const GuardSet &Set) {
   for (const Guard &G : Set.guards())
     printGuard(OS, G);
   OS << "}\n";
+}
+
+std::string printGuardSet(const GuardSet &Set) {
+  std::ostringstream OS;
+  printGuardSet(OS, Set);
+  return OS.str();
+}
+
+std::string printGuardSets(const std::vector<GuardSet> &Sets) {
+  std::ostringstream OS;
+  for (size_t I = 0; I < Sets.size(); ++I) {
+    if (I)
+      OS << '\n';
+    printGuardSet(OS, Sets[I]);
+  }
   return OS.str();
 }
 

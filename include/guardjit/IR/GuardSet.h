@@ -64,6 +64,10 @@ enum class ObjectKind : uint8_t {
   State,    ///< an opaque torch object (GlobalStateGuard, device)
 };
 
+/// Spelling used by the .gir printer, e.g. "type".
+std::string_view spelling(ObjectKind K);
+std::optional<ObjectKind> parseObjectKind(std::string_view S);
+
 /// One Python constant referenced by the IR.
 struct ObjectEntry {
   ObjectKind Kind = ObjectKind::Object;
@@ -149,9 +153,13 @@ public:
   const std::vector<ObjectEntry> &objects() const { return Objects; }
   std::vector<ObjectEntry> &objects() { return Objects; }
   const std::vector<Value> &values() const { return Values; }
+  /// Raw access for the parser and passes: unlike addValue, nothing is
+  /// checked, so the result may need the verifier (IR/Verifier.h).
+  std::vector<Value> &values() { return Values; }
   const std::vector<Guard> &guards() const { return Guards; }
   std::vector<Guard> &guards() { return Guards; }
   const std::vector<TensorSpec> &tensorSpecs() const { return TensorSpecs; }
+  std::vector<TensorSpec> &tensorSpecs() { return TensorSpecs; }
 
   const Value &value(ValueId Id) const { return Values[Id]; }
   const ObjectEntry &object(ObjectId Id) const { return Objects[Id]; }

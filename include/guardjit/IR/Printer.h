@@ -4,12 +4,16 @@
 //
 //   guard_set "forward_0" {
 //     object #0 = type "<class 'torch.Tensor'>"
-//     %1 = frame_local %0 name="x" index=1 key=#3 source="L['x']"
+//     object #1 = key strong "'x'"
+//     tensor 0 = pytype=#0 keys=0x8001 dtype=6 device=-1 requires_grad=false sizes=[2, ?] strides=[8, 1]
+//     %0 = root source="L"
+//     %1 = frame_local %0 name="x" index=1 key=#1 source="L['x']"
 //     guard tensor_match %1 tensor=0 source="L['x']" loc="model.py":35
 //   }
 //
 // Addresses of bound objects are not printed: text is independent of the
-// process, so printed IR is stable and diffable.
+// process, so printed IR is stable and diffable. The parser (IR/Parser.h)
+// reads exactly this text back: print(parse(print(S))) == print(S).
 //
 //===----------------------------------------------------------------------===//
 #ifndef GUARDJIT_IR_PRINTER_H
@@ -18,11 +22,15 @@
 #include "guardjit/IR/GuardSet.h"
 
 #include <string>
+#include <vector>
 
 namespace guardjit {
 
 /// Returns the .gir text of `Set`.
 std::string printGuardSet(const GuardSet &Set);
+
+/// Returns the .gir text of a file holding `Sets`, separated by blank lines.
+std::string printGuardSets(const std::vector<GuardSet> &Sets);
 
 /// Quotes `S` as a .gir string literal (escapes `"`, `\` and control chars).
 std::string quoteString(std::string_view S);

@@ -1,0 +1,73 @@
+//===- Parser.h - Reads the .gir text format --------------------*- C++ -*-===//
+//
+// Parses exactly what IR/Printer.h prints (docs/gir-format.md): one or more
+// `guard_set` blocks per buffer, `//` comments and blank lines anywhere.
+// Ids in the text are the ids of the IR (`%3` is value 3), so definitions
+// must come in order; references are not checked here but by the verifier
+// (IR/Verifier.h), which points at the locations the parser records.
+//
+// Diagnostics go through llvm::SourceMgr as `file:line:col: error: message`.
+// The parser stops at the first error.
+//
+//===----------------------------------------------------------------------===//
+#ifndef GUARDJIT_IR_PARSER_H
+#define GUARDJIT_IR_PARSER_H
+
+#include "guardjit/IR/GuardSet.h"
+
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/SMLoc.h"
+
+#include <optional>
+#include <vector>
+
+namespace llvm {
+class SourceMgr;
+} // namespace llvm
+
+namespace guardjit {
+
+/// Where one parsed entity (object, tensor spec, value or guard) is, and the
+/// references in it the verifier may complain about. Unset locations fall
+/// back to the entity's start.
+struct EntityLoc {
+  llvm::SMLoc Start;
+  /// The parent of a value; the operands of a guard, in order.
+  llvm::SmallVector<llvm::SMLoc, 1> Operands;
+  llvm::SMLoc Object; ///< key=#N of a value, object=#N of a guard, pytype=#N
+  llvm::SMLoc Aux;    ///< aux=#N of a guard
+  llvm::SMLoc Tensor; ///< tensor=N of a guard
+
+  llvm::SMLoc at(llvm::SMLoc L) const { return L.isValid() ? L : Start; }
+  llvm::SMLoc operand(size_t I) const {
+    return I < Operands.size() ? at(Operands[I]) : Start;
+  }
+};
+
+/// Locations of every entity of one parsed guard set, indexed like the IR.
+struct GuardSetLocs {
+  llvm::SMLoc Set; ///< the `guard_set` keyword
+  std::vector<EntityLoc> Objects, TensorSpecs, Values, Guards;
+};
+
+struct ParsedGuardSet {
+  GuardSet Set;
+  GuardSetLocs Locs;
+};
+
+/// Parses every guard set in buffer `BufferId` of `SM`. Reports the first
+/// error through `SM` (its diagnostic handler, if set) and returns nullopt.
+/// The result is not verified.
+std::optional<std::vector<ParsedGuardSet>> parseGir(llvm::SourceMgr &SM,
+                                                    unsigned BufferId);
+
+/// Parses and verifies `Text` (called `BufferName` in messages): for hosts
+/// (Python, the embedding API) that want an Error carrying the diagnostics.
+llvm::Expected<std::vector<GuardSet>>
+parseGirString(llvm::StringRef Text, llvm::StringRef BufferName = "<string>");
+
+} // namespace guardjit
+
+#endif // GUARDJIT_IR_PARSER_H

@@ -1,0 +1,350 @@
+//===- Verifier.cpp - Structural checks of Guard IR -----------------------===//
+//
+// The rules mirror what BoundGuardSet::bind checks against live objects and
+// what the interpreter and the lowering read, so that IR the verifier accepts
+// can only fail to bind for reasons of the objects themselves.
+//
+//===----------------------------------------------------------------------===//
+#include "guardjit/IR/Verifier.h"
+
+#include "guardjit/IR/Parser.h"
+
+#include "llvm/ADT/Twine.h"
+#include "llvm/Support/SourceMgr.h"
+
+using namespace guardjit;
+using llvm::Twine;
+
+namespace {
+
+using Diag = VerifierDiagnostic;
+
+/// A set of ObjectKinds; 0 means "any kind".
+using KindMask = unsigned;
+constexpr KindMask bit(ObjectKind K) { return 1u << static_cast<unsigned>(K); }
+constexpr KindMask AnyKind = 0;
+
+enum class Use { None, Optional, Required };
+
+struct ObjectRule {
+  Use U = Use::None;
+  KindMask Kinds = AnyKind;
+};
+
+enum class Arity { Zero, One, AtLeastOne };
+
+Arity arity(GuardKind K) {
+  switch (K) {
+  case GuardKind::GlobalState:
+  case GuardKind::DefaultDevice:
+  case GuardKind::TorchFunctionModeStack:
+  case GuardKind::EpilogueLambda:
+    return Arity::Zero;
+  case GuardKind::NoTensorAliasing:
+    return Arity::AtLeastOne;
+  default:
+    return Arity::One;
+  }
+}
+
+/// What `object=` of a guard must be (recorder.py creates these kinds).
+ObjectRule guardObject(GuardKind K) {
+  switch (K) {
+  case GuardKind::TypeMatch:
+    return {Use::Required, bit(ObjectKind::Type)};
+  case GuardKind::IdMatch:
+    return {Use::Required, AnyKind};
+  case GuardKind::EqualsMatch:
+    return {Use::Required, bit(ObjectKind::Constant) | bit(ObjectKind::Key)};
+  case GuardKind::DictContains:
+    return {Use::Required, bit(ObjectKind::Key) | bit(ObjectKind::Constant)};
+  case GuardKind::NoHasAttr:
+    return {Use::Required, bit(ObjectKind::Key)};
+  case GuardKind::Lambda:
+  case GuardKind::EpilogueLambda:
+    return {Use::Required, bit(ObjectKind::Callable)};
+  case GuardKind::DefaultDevice:
+    return {Use::Required, AnyKind}; // the current device, None or a device
+  case GuardKind::DimensionMarking:
+  case GuardKind::TorchFunctionModeStack:
+    return {Use::Required, bit(ObjectKind::Constant)};
+  case GuardKind::GlobalState:
+    return {Use::Optional, bit(ObjectKind::State)}; // kept for debugging
+  default:
+    return {};
+  }
+}
+
+/// What `key=` of a value must be.
+ObjectRule valueKey(AccessorKind K) {
+  switch (K) {
+  case AccessorKind::FrameLocal:
+  case AccessorKind::DictGetItem:
+  case AccessorKind::GetAttr:
+  case AccessorKind::GenericGetAttr:
+  case AccessorKind::GetItem:
+    return {Use::Required, bit(ObjectKind::Key)};
+  case AccessorKind::Globals:
+    return {Use::Required, bit(ObjectKind::Dict)};
+  default:
+    return {};
+  }
+}
+
+bool needsIndex(AccessorKind K) {
+  return K == AccessorKind::TupleGetItem || K == AccessorKind::ListGetItem ||
+         K == AccessorKind::DictKey || K == AccessorKind::DictValue;
+}
+
+/// "a type object" / "a key or constant object".
+std::string describeKinds(KindMask M) {
+  std::string Out;
+  for (unsigned I = 0; I < 32; ++I) {
+    if (!(M & (1u << I)))
+      continue;
+    if (!Out.empty())
+      Out += " or ";
+    Out += spelling(static_cast<ObjectKind>(I));
+  }
+  std::string_view First = Out;
+  bool Vowel = !First.empty() && std::string_view("aeiou").find(First[0]) !=
+                                     std::string_view::npos;
+  return (Vowel ? "an " : "a ") + Out + " object";
+}
+
+std::string article(ObjectKind K) {
+  std::string S(spelling(K));
+  bool Vowel = std::string_view("aeiou").find(S[0]) != std::string_view::npos;
+  return (Vowel ? "an " : "a ") + S;
+}
+
+class Checker {
+public:
+  Checker(const GuardSet &S, llvm::function_ref<void(const Diag &)> Report)
+      : S(S), Report(Report) {}
+
+  bool run() {
+    checkRoot();
+    for (uint32_t I = 0; I < S.tensorSpecs().size(); ++I)
+      checkTensorSpec(I);
+    for (ValueId I = 1; I < S.values().size(); ++I)
+      checkValue(I);
+    for (uint32_t I = 0; I < S.guards().size(); ++I)
+      checkGuard(I);
+    return Ok;
+  }
+
+private:
+  void report(Diag::EntityKind E, uint32_t Index, Diag::FieldKind F,
+              const Twine &Msg, uint32_t OperandIndex = 0) {
+    Ok = false;
+    Report({E, Index, F, OperandIndex, Msg.str()});
+  }
+
+  /// Checks an object reference against `Rule`; `What` names the owner
+  /// ("type_match", "pytype") and `Attr` the attribute ("object", "key").
+  void checkObject(Diag::EntityKind E, uint32_t Index, Diag::FieldKind F,
+                   ObjectId Id, ObjectRule Rule, std::string_view What,
+                   std::string_view Attr) {
+    if (Id == InvalidId) {
+      if (Rule.U == Use::Required)
+        report(E, Index, Diag::Whole,
+               Twine(What) + " needs " + Attr + "=#N");
+      return;
+    }
+    if (Rule.U == Use::None) {
+      report(E, Index, F, Twine(What) + " takes no " + Attr);
+      return;
+    }
+    if (Id >= S.objects().size()) {
+      report(E, Index, F, "use of undefined object #" + Twine(Id));
+      return;
+    }
+    ObjectKind K = S.object(Id).Kind;
+    if (Rule.Kinds != AnyKind && !(Rule.Kinds & bit(K)))
+      report(E, Index, F,
+             Twine(What) + " needs " + describeKinds(Rule.Kinds) + ", #" +
+                 Twine(Id) + " is " + article(K));
+  }
+
+  void checkRoot() {
+    const auto &Values = S.values();
+    if (Values.empty()) {
+      report(Diag::Set, 0, Diag::Whole, "a guard set needs the root value %0");
+      return;
+    }
+    if (Values[0].Kind != AccessorKind::Root)
+      report(Diag::Value, 0, Diag::Whole, "%0 must be the root value");
+    else if (Values[0].Parent != InvalidId)
+      report(Diag::Value, 0, Diag::Operand, "the root value has no parent");
+  }
+
+  void checkTensorSpec(uint32_t I) {
+    const TensorSpec &T = S.tensorSpec(I);
+    checkObject(Diag::TensorSpec, I, Diag::ObjectRef, T.PyType,
+                {Use::Required, bit(ObjectKind::Type)}, "tensor spec",
+                "pytype");
+    if (T.Sizes.size() != T.Strides.size())
+      report(Diag::TensorSpec, I, Diag::Whole,
+             "sizes and strides have different ranks (" +
+                 Twine(T.Sizes.size()) + " and " + Twine(T.Strides.size()) +
+                 ")");
+  }
+
+  void checkValue(ValueId I) {
+    const guardjit::Value &V = S.value(I);
+    std::string_view Kind = spelling(V.Kind);
+    if (V.Kind == AccessorKind::Root) {
+      report(Diag::Value, I, Diag::Whole, "only %0 may be a root value");
+      return;
+    }
+    if (V.Parent == InvalidId)
+      report(Diag::Value, I, Diag::Whole,
+             Twine(Kind) + " needs a parent value");
+    else if (V.Parent >= S.values().size())
+      report(Diag::Value, I, Diag::Operand,
+             "use of undefined value %" + Twine(V.Parent));
+    else if (V.Parent >= I)
+      report(Diag::Value, I, Diag::Operand,
+             "parent %" + Twine(V.Parent) + " must be defined before %" +
+                 Twine(I));
+    checkObject(Diag::Value, I, Diag::ObjectRef, V.Key, valueKey(V.Kind),
+                Kind, "key");
+    if (needsIndex(V.Kind) && V.Index < 0)
+      report(Diag::Value, I, Diag::Whole,
+             Twine(Kind) + " needs index=N with N >= 0");
+  }
+
+  void checkGuard(uint32_t I) {
+    const guardjit::Guard &G = S.guards()[I];
+    std::string_view Kind = spelling(G.Kind);
+    size_t N = G.Operands.size();
+    switch (arity(G.Kind)) {
+    case Arity::Zero:
+      if (N != 0)
+        report(Diag::Guard, I, Diag::Operand,
+               Twine(Kind) + " takes no operands, got " + Twine(N));
+      break;
+    case Arity::One:
+      if (N != 1)
+        report(Diag::Guard, I, N > 1 ? Diag::Operand : Diag::Whole,
+               Twine(Kind) + " takes 1 operand, got " + Twine(N), 1);
+      break;
+    case Arity::AtLeastOne:
+      if (N == 0)
+        report(Diag::Guard, I, Diag::Whole,
+               Twine(Kind) + " takes at least 1 operand");
+      break;
+    }
+    for (uint32_t Op = 0; Op < N; ++Op)
+      if (G.Operands[Op] >= S.values().size())
+        report(Diag::Guard, I, Diag::Operand,
+               "use of undefined value %" + Twine(G.Operands[Op]), Op);
+    checkObject(Diag::Guard, I, Diag::ObjectRef, G.Object, guardObject(G.Kind),
+                Kind, "object");
+    ObjectRule Aux;
+    if (G.Kind == GuardKind::DefaultDevice)
+      Aux = {Use::Required, bit(ObjectKind::Dict)};
+    checkObject(Diag::Guard, I, Diag::AuxRef, G.Aux, Aux, Kind, "aux");
+    if (G.Kind == GuardKind::TensorMatch) {
+      if (G.Tensor == InvalidId)
+        report(Diag::Guard, I, Diag::Whole, "tensor_match needs tensor=N");
+      else if (G.Tensor >= S.tensorSpecs().size())
+        report(Diag::Guard, I, Diag::TensorRef,
+               "use of undefined tensor spec " + Twine(G.Tensor));
+    } else if (G.Tensor != InvalidId) {
+      report(Diag::Guard, I, Diag::TensorRef,
+             Twine(Kind) + " takes no tensor spec");
+    }
+    if (G.Kind == GuardKind::GlobalState && G.Str.empty())
+      report(Diag::Guard, I, Diag::Whole,
+             "global_state needs str=\"...\" (GlobalStateGuard's JSON state)");
+  }
+
+  const GuardSet &S;
+  llvm::function_ref<void(const Diag &)> Report;
+  bool Ok = true;
+};
+
+} // namespace
+
+bool guardjit::verifyGuardSet(const GuardSet &S,
+                              llvm::function_ref<void(const Diag &)> Report) {
+  return Checker(S, Report).run();
+}
+
+llvm::Error guardjit::verifyGuardSet(const GuardSet &S) {
+  std::string Msg;
+  verifyGuardSet(S, [&](const Diag &D) {
+    if (!Msg.empty())
+      Msg += '\n';
+    Msg += "guard set '" + S.name() + "': ";
+    switch (D.Entity) {
+    case Diag::Set:
+      break;
+    case Diag::Object:
+      Msg += "object #" + std::to_string(D.Index) + ": ";
+      break;
+    case Diag::TensorSpec:
+      Msg += "tensor spec " + std::to_string(D.Index) + ": ";
+      break;
+    case Diag::Value:
+      Msg += "value %" + std::to_string(D.Index) + " (" +
+             std::string(spelling(S.value(D.Index).Kind)) + "): ";
+      break;
+    case Diag::Guard:
+      Msg += "guard " + std::to_string(D.Index) + " (" +
+             std::string(spelling(S.guards()[D.Index].Kind)) + "): ";
+      break;
+    }
+    Msg += D.Message;
+  });
+  if (Msg.empty())
+    return llvm::Error::success();
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), Msg);
+}
+
+bool guardjit::verifyGuardSet(const GuardSet &S, const GuardSetLocs &Locs,
+                              llvm::SourceMgr &SM) {
+  return verifyGuardSet(S, [&](const Diag &D) {
+    const std::vector<EntityLoc> *Entities = nullptr;
+    switch (D.Entity) {
+    case Diag::Set:
+      break;
+    case Diag::Object:
+      Entities = &Locs.Objects;
+      break;
+    case Diag::TensorSpec:
+      Entities = &Locs.TensorSpecs;
+      break;
+    case Diag::Value:
+      Entities = &Locs.Values;
+      break;
+    case Diag::Guard:
+      Entities = &Locs.Guards;
+      break;
+    }
+    llvm::SMLoc Loc = Locs.Set;
+    if (Entities && D.Index < Entities->size()) {
+      const EntityLoc &E = (*Entities)[D.Index];
+      switch (D.Field) {
+      case Diag::Whole:
+        Loc = E.Start;
+        break;
+      case Diag::Operand:
+        Loc = E.operand(D.OperandIndex);
+        break;
+      case Diag::ObjectRef:
+        Loc = E.at(E.Object);
+        break;
+      case Diag::AuxRef:
+        Loc = E.at(E.Aux);
+        break;
+      case Diag::TensorRef:
+        Loc = E.at(E.Tensor);
+        break;
+      }
+    }
+    SM.PrintMessage(Loc, llvm::SourceMgr::DK_Error, D.Message);
+  });
+}

@@ -1,0 +1,339 @@
+//===- GuardIROptDriver.cpp - The guard-ir-opt driver ---------------------===//
+//
+// Steps per input chunk: (1) parse, (2) verify, (3) statistics, (4) emit.
+// `--split-input-file` and `--verify-diagnostics` behave as in mlir-opt, so
+// negative tests read the same way in both projects.
+//
+//===----------------------------------------------------------------------===//
+#include "guardjit/Tools/GuardIROptDriver.h"
+
+#include "guardjit/IR/Parser.h"
+#include "guardjit/IR/Printer.h"
+#include "guardjit/IR/Verifier.h"
+#include "guardjit/JIT/Engine.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Regex.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/ADT/Statistic.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/WithColor.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+using namespace llvm;
+using namespace guardjit;
+
+namespace {
+
+enum class EmitKind { IR, LLVM, Asm };
+
+cl::OptionCategory ToolCategory("guard-ir-opt options");
+
+cl::opt<std::string> InputFilename(cl::Positional,
+                                   cl::desc("<input .gir file, - for stdin>"),
+                                   cl::init("-"), cl::cat(ToolCategory));
+
+cl::opt<std::string> OutputFilename("o", cl::desc("Output file (- for stdout)"),
+                                    cl::value_desc("filename"), cl::init("-"),
+                                    cl::cat(ToolCategory));
+
+cl::opt<bool> SplitInputFile(
+    "split-input-file",
+    cl::desc("Process each chunk between '// -----' lines separately and "
+             "join the outputs with '// -----'"),
+    cl::cat(ToolCategory));
+
+cl::opt<bool> VerifyDiagnostics(
+    "verify-diagnostics",
+    cl::desc("Check that the errors reported are exactly those the input "
+             "expects with '// expected-error[@+N|@-N] {{message}}'"),
+    cl::cat(ToolCategory));
+
+cl::opt<EmitKind> Emit(
+    "emit", cl::desc("What to write"), cl::init(EmitKind::IR),
+    cl::values(clEnumValN(EmitKind::IR, "ir", "Guard IR (.gir), the default"),
+               clEnumValN(EmitKind::LLVM, "llvm",
+                          "LLVM IR of each set's check function, objects as "
+                          "external symbols @gj.obj.N"),
+               clEnumValN(EmitKind::Asm, "asm",
+                          "host assembly of each set's check function")),
+    cl::cat(ToolCategory));
+
+cl::opt<OptLevel> JITLevel(
+    "opt-level", cl::desc("Code level for --emit=llvm|asm"),
+    cl::init(OptLevel::Light),
+    cl::values(clEnumValN(OptLevel::O0, "O0", "IR as lowered, fast isel"),
+               clEnumValN(OptLevel::Light, "light",
+                          "early-cse + simplifycfg (the default)"),
+               clEnumValN(OptLevel::O2, "O2", "the O2 pipeline")),
+    cl::cat(ToolCategory));
+
+/// A line starting with this (after blanks) separates chunks.
+constexpr StringLiteral SplitMarker = "// -----";
+
+/// Splits `Buf` at split-marker lines. Each chunk is prefixed with the line
+/// ends before it, so that its line numbers are those of the whole file.
+std::vector<std::unique_ptr<MemoryBuffer>> splitInput(const MemoryBuffer &Buf) {
+  std::vector<std::unique_ptr<MemoryBuffer>> Chunks;
+  StringRef Text = Buf.getBuffer();
+  size_t ChunkStart = 0, LineStart = 0, LinesBefore = 0, ChunkLines = 0;
+  auto Flush = [&](size_t End) {
+    std::string Chunk(LinesBefore, '\n');
+    Chunk += Text.slice(ChunkStart, End);
+    Chunks.push_back(
+        MemoryBuffer::getMemBufferCopy(Chunk, Buf.getBufferIdentifier()));
+  };
+  while (LineStart < Text.size()) {
+    size_t LineEnd = Text.find('\n', LineStart);
+    size_t Next = LineEnd == StringRef::npos ? Text.size() : LineEnd + 1;
+    StringRef Line = Text.slice(LineStart, Next);
+    if (Line.ltrim(" \t").starts_with(SplitMarker)) {
+      Flush(LineStart);
+      LinesBefore += ChunkLines + 1;
+      ChunkLines = 0;
+      ChunkStart = Next;
+    } else if (LineEnd != StringRef::npos) {
+      ++ChunkLines;
+    }
+    LineStart = Next;
+  }
+  Flush(Text.size());
+  return Chunks;
+}
+
+/// Matches reported errors against `expected-error` comments of one buffer,
+/// as mlir's SourceMgrDiagnosticVerifierHandler does.
+class DiagnosticVerifier {
+public:
+  DiagnosticVerifier(SourceMgr &SM, unsigned BufferId) : SM(SM) {
+    collectExpectations(SM.getMemoryBuffer(BufferId)->getBuffer());
+    SM.setDiagHandler(
+        [](const SMDiagnostic &D, void *Self) {
+          static_cast<DiagnosticVerifier *>(Self)->handle(D);
+        },
+        this);
+  }
+
+  /// Reports every mismatch to stderr; true when there was none.
+  bool finish() {
+    SM.setDiagHandler(nullptr);
+    bool Ok = Malformed.empty() && Unexpected.empty();
+    for (const SMDiagnostic &D : Malformed)
+      SM.PrintMessage(errs(), D);
+    for (const SMDiagnostic &D : Unexpected)
+      SM.PrintMessage(errs(), D.getLoc(), SourceMgr::DK_Error,
+                      "unexpected error: " + D.getMessage());
+    for (const Expectation &E : Expected) {
+      if (E.Seen)
+        continue;
+      Ok = false;
+      SM.PrintMessage(errs(), E.Loc, SourceMgr::DK_Error,
+                      "expected error \"" + E.Message + "\" was not produced");
+    }
+    return Ok;
+  }
+
+private:
+  struct Expectation {
+    unsigned Line;
+    std::string Message;
+    SMLoc Loc;
+    bool Seen = false;
+  };
+
+  void collectExpectations(StringRef Text) {
+    Regex Directive(
+        "expected-error *(@([+-][0-9]+|above|below))? *\\{\\{(.*)\\}\\}");
+    unsigned LineNo = 0;
+    for (StringRef Rest = Text; !Rest.empty();) {
+      auto [Line, Tail] = Rest.split('\n');
+      Rest = Tail;
+      ++LineNo;
+      size_t At = Line.find("expected-error");
+      if (At == StringRef::npos)
+        continue;
+      SMLoc Loc = SMLoc::getFromPointer(Line.data() + At);
+      SmallVector<StringRef, 4> M;
+      if (!Directive.match(Line.drop_front(At), &M)) {
+        Malformed.push_back(SM.GetMessage(
+            Loc, SourceMgr::DK_Error,
+            "malformed expected-error, expected {{message}}"));
+        continue;
+      }
+      int64_t Target = LineNo;
+      StringRef Offset = M[2];
+      if (Offset == "above")
+        Target -= 1;
+      else if (Offset == "below")
+        Target += 1;
+      else if (!Offset.empty()) {
+        int64_t Delta = 0;
+        if (Offset.drop_front(Offset[0] == '+').getAsInteger(10, Delta) ||
+            Target + Delta < 1 || Delta > INT32_MAX) {
+          Malformed.push_back(SM.GetMessage(
+              Loc, SourceMgr::DK_Error,
+              "expected-error refers to a line outside the file"));
+          continue;
+        }
+        Target += Delta;
+      }
+      Expected.push_back({static_cast<unsigned>(Target), M[3].str(), Loc});
+    }
+  }
+
+  void handle(const SMDiagnostic &D) {
+    if (D.getKind() == SourceMgr::DK_Error)
+      for (Expectation &E : Expected)
+        if (!E.Seen && E.Line == static_cast<unsigned>(D.getLineNo()) &&
+            D.getMessage().contains(E.Message)) {
+          E.Seen = true;
+          return;
+        }
+    Unexpected.push_back(D);
+  }
+
+  SourceMgr &SM;
+  std::vector<Expectation> Expected;
+  std::vector<SMDiagnostic> Malformed, Unexpected;
+};
+
+void printStats(const GuardSet &S, raw_ostream &OS) {
+  OS << "guard set " << quoteString(S.name()) << ": " << S.guards().size()
+     << " guards, " << S.values().size() << " values, " << S.objects().size()
+     << " objects, " << S.tensorSpecs().size() << " tensor specs\n";
+  std::vector<size_t> Counts = S.countByKind();
+  for (size_t K = 0; K < Counts.size(); ++K)
+    if (Counts[K])
+      OS << format("  %6zu ", Counts[K]) << spelling(static_cast<GuardKind>(K))
+         << '\n';
+}
+
+class Driver {
+public:
+  /// Steps 1-4 for one chunk; writes its output to `OS`. Returns success, or
+  /// with --verify-diagnostics whether the errors were the expected ones.
+  bool processChunk(std::unique_ptr<MemoryBuffer> Buf, raw_ostream &OS);
+
+private:
+  bool emit(const ParsedGuardSet &P, SourceMgr &SM, raw_ostream &OS);
+  std::unique_ptr<GuardJIT> JIT;
+};
+
+bool Driver::processChunk(std::unique_ptr<MemoryBuffer> Buf, raw_ostream &OS) {
+  SourceMgr SM;
+  unsigned Id = SM.AddNewSourceBuffer(std::move(Buf), SMLoc());
+  std::unique_ptr<DiagnosticVerifier> Verifier;
+  if (VerifyDiagnostics)
+    Verifier = std::make_unique<DiagnosticVerifier>(SM, Id);
+
+  // 1. Parse; 2. verify every set (all of their problems, not the first).
+  bool Ok = false;
+  std::optional<std::vector<ParsedGuardSet>> Sets = parseGir(SM, Id);
+  if (Sets) {
+    Ok = true;
+    for (const ParsedGuardSet &P : *Sets)
+      Ok &= verifyGuardSet(P.Set, P.Locs, SM);
+  }
+  // 3. Statistics; 4. emit.
+  if (Ok) {
+    for (const ParsedGuardSet &P : *Sets) {
+      if (AreStatisticsEnabled())
+        printStats(P.Set, errs());
+      if (Emit != EmitKind::IR && !emit(P, SM, OS))
+        Ok = false;
+    }
+    if (Emit == EmitKind::IR) {
+      std::vector<GuardSet> Plain;
+      for (ParsedGuardSet &P : *Sets)
+        Plain.push_back(std::move(P.Set));
+      OS << printGuardSets(Plain);
+    }
+  }
+  return Verifier ? Verifier->finish() : Ok;
+}
+
+bool Driver::emit(const ParsedGuardSet &P, SourceMgr &SM, raw_ostream &OS) {
+  if (!JIT) {
+    JITOptions Opts;
+    Opts.Level = JITLevel;
+    Opts.VerifyIR = true;
+    auto J = GuardJIT::create(Opts);
+    if (!J) {
+      WithColor::error(errs(), "guard-ir-opt") << toString(J.takeError())
+                                               << '\n';
+      return false;
+    }
+    JIT = std::move(*J);
+  }
+  Expected<std::string> Text = Emit == EmitKind::LLVM
+                                   ? JIT->emitLLVM(P.Set)
+                                   : JIT->emitAssembly(P.Set);
+  if (!Text) {
+    SM.PrintMessage(P.Locs.Set, SourceMgr::DK_Error,
+                    "cannot lower guard set: " + toString(Text.takeError()));
+    return false;
+  }
+  OS << *Text;
+  return true;
+}
+
+} // namespace
+
+int guardjit::guardIROptMain(int Argc, char **Argv) {
+  InitLLVM X(Argc, Argv);
+  cl::HideUnrelatedOptions(ToolCategory);
+  // `--stats` is LLVM's own -stats flag (libLLVM registers it; a second one
+  // would abort): it turns on our per-kind counts, and LLVM's statistics in
+  // builds of LLVM that collect them. Registered lazily, so looked up after
+  // HideUnrelatedOptions has made LLVM register its common options.
+  if (cl::Option *Stats = cl::getRegisteredOptions().lookup("stats")) {
+    Stats->setDescription("Print guards per kind of each set to stderr");
+    Stats->addCategory(ToolCategory);
+    Stats->setHiddenFlag(cl::NotHidden);
+  }
+  cl::ParseCommandLineOptions(
+      Argc, Argv,
+      "guard-ir-opt: reads Guard IR (.gir), verifies it and writes it back as "
+      ".gir, LLVM IR or assembly\n");
+
+  ErrorOr<std::unique_ptr<MemoryBuffer>> Input =
+      MemoryBuffer::getFileOrSTDIN(InputFilename, /*IsText=*/true);
+  if (std::error_code EC = Input.getError()) {
+    WithColor::error(errs(), "guard-ir-opt")
+        << "cannot read '" << InputFilename << "': " << EC.message() << '\n';
+    return 1;
+  }
+  std::error_code EC;
+  ToolOutputFile Out(OutputFilename, EC, sys::fs::OF_None);
+  if (EC) {
+    WithColor::error(errs(), "guard-ir-opt")
+        << "cannot open '" << OutputFilename << "': " << EC.message() << '\n';
+    return 1;
+  }
+
+  Driver D;
+  bool Ok = true;
+  if (!SplitInputFile) {
+    Ok = D.processChunk(std::move(*Input), Out.os());
+  } else {
+    std::vector<std::unique_ptr<MemoryBuffer>> Chunks = splitInput(**Input);
+    for (size_t I = 0; I < Chunks.size(); ++I) {
+      if (I)
+        Out.os() << SplitMarker << '\n';
+      // Every chunk runs, so one test file reports all of its failures.
+      Ok &= D.processChunk(std::move(Chunks[I]), Out.os());
+    }
+  }
+  if (!Ok)
+    return 1;
+  Out.keep();
+  return 0;
+}
