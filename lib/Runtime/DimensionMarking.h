@@ -16,6 +16,7 @@
 #define GUARDJIT_LIB_RUNTIME_DIMENSIONMARKING_H
 
 #include "guardjit/Runtime/Python.h"
+#include "guardjit/Runtime/RuntimeHelpers.h"
 
 #include <string>
 #include <vector>
@@ -45,6 +46,9 @@ struct DimensionMarkingPayload {
   /// the GIL held; never changes an answer.
   mutable PyTypeObject *GateFreeType = nullptr;
   mutable unsigned int GateFreeTag = 0;
+  /// ... and the last instance dict a pure probe found without the gate, by
+  /// (address, PEP 509 tag) as in DictReadCache (Value unused).
+  mutable DictReadCache GateFreeDict;
 };
 
 /// Builds the payload from the bound tuple (see the file comment). GIL held.

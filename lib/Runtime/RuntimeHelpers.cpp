@@ -437,13 +437,30 @@ static bool surelyHasNoAttr(PyObject *Value, PyObject *Gate,
   }
   if (!Dict)
     return true;
+  // The last gate-free instance dict, unchanged (see DictReadCache): the
+  // probe below would miss again. Tensors passed by one guard are usually
+  // the same object call after call, with a __dict__ nobody writes.
+  DictReadCache &Memo = P.GateFreeDict;
+  auto *D = reinterpret_cast<PyDictObject *>(Dict);
+  if (Dict == Memo.Dict && Py_TYPE(Dict) == &PyDict_Type &&
+      D->ma_version_tag == Memo.Tag)
+    return true;
+  uint64_t Tag = D->ma_version_tag;
   Py_INCREF(Dict); // as the generic getattr does: a user __eq__ may drop it
   PyObject *X = PyDict_GetItemWithError(Dict, Gate);
-  Py_DECREF(Dict);
-  if (X)
+  if (X) {
+    Py_DECREF(Dict);
     return false;
-  // A raising lookup makes PyObject_HasAttr answer 0 as well.
-  PyErr_Clear();
+  }
+  if (PyErr_Occurred()) {
+    // A raising lookup makes PyObject_HasAttr answer 0 as well.
+    PyErr_Clear();
+  } else if (Py_TYPE(Dict) == &PyDict_Type && pureStrProbe(D, Tag)) {
+    Memo.Dict = Dict;
+    Memo.Tag = Tag;
+    Memo.Value = nullptr;
+  }
+  Py_DECREF(Dict);
   return true;
 }
 

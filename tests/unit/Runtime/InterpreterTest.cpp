@@ -935,6 +935,13 @@ TEST_F(InterpreterTest, DimensionMarkingGateLookupMatchesHasattr) {
   agree("b = with_dict(Base(), _has_dynamo_dim_marking=0)", "b");
   agree("b = with_values(Base(), _has_dynamo_dim_marking=None)", "b");
   agree("b = Base()", "b");
+  // The instance-dict memo must not survive a write to that dict.
+  agree("b = with_dict(Base(), x=1)", "b");
+  agree("b.__dict__[G] = 0", "b");
+  agree("del b.__dict__[G]", "b");
+  agree("b._has_dynamo_dim_marking = None", "b");
+  agree("b.__dict__.clear()", "b");
+  agree("b.__dict__ = {G: 1}", "b");
   // The type memo must not survive a change of the class or of a base.
   agree("Base._has_dynamo_dim_marking = False", "Base()");
   agree("del Base._has_dynamo_dim_marking", "Base()");
