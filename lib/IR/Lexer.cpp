@@ -14,7 +14,8 @@ static std::string describeChar(char C) {
   unsigned char U = static_cast<unsigned char>(C);
   if (U >= 0x20 && U < 0x7f)
     return std::string(1, C);
-  return "\\x" + llvm::utohexstr(U, /*LowerCase=*/true, /*Width=*/2);
+  const char *Hex = "0123456789abcdef";
+  return {'\\', 'x', Hex[U >> 4], Hex[U & 15]};
 }
 
 Token Lexer::error(const char *Where, const char *TokStart, std::string Msg) {

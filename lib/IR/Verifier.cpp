@@ -91,9 +91,13 @@ ObjectRule valueKey(AccessorKind K) {
   }
 }
 
+/// Tuple and list items may have negative indices (the helper decides), but
+/// -1 is Value::Index's "no index"; dict insertion indices are >= 0.
 bool needsIndex(AccessorKind K) {
-  return K == AccessorKind::TupleGetItem || K == AccessorKind::ListGetItem ||
-         K == AccessorKind::DictKey || K == AccessorKind::DictValue;
+  return K == AccessorKind::TupleGetItem || K == AccessorKind::ListGetItem;
+}
+bool needsDictIndex(AccessorKind K) {
+  return K == AccessorKind::DictKey || K == AccessorKind::DictValue;
 }
 
 /// "a type object" / "a key or constant object".
@@ -210,7 +214,9 @@ private:
                  Twine(I));
     checkObject(Diag::Value, I, Diag::ObjectRef, V.Key, valueKey(V.Kind),
                 Kind, "key");
-    if (needsIndex(V.Kind) && V.Index < 0)
+    if (needsIndex(V.Kind) && V.Index == -1)
+      report(Diag::Value, I, Diag::Whole, Twine(Kind) + " needs index=N");
+    if (needsDictIndex(V.Kind) && V.Index < 0)
       report(Diag::Value, I, Diag::Whole,
              Twine(Kind) + " needs index=N with N >= 0");
   }

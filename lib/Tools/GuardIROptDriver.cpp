@@ -152,14 +152,18 @@ private:
   void collectExpectations(StringRef Text) {
     Regex Directive(
         "expected-error *(@([+-][0-9]+|above|below))? *\\{\\{(.*)\\}\\}");
+    Regex CommentStart("//[ \t]*expected-error");
     unsigned LineNo = 0;
     for (StringRef Rest = Text; !Rest.empty();) {
       auto [Line, Tail] = Rest.split('\n');
       Rest = Tail;
       ++LineNo;
-      size_t At = Line.find("expected-error");
-      if (At == StringRef::npos)
+      // Only a comment that starts with the directive is one, so that text
+      // merely mentioning it (a CHECK line) is not.
+      SmallVector<StringRef, 1> Start;
+      if (!CommentStart.match(Line, &Start))
         continue;
+      size_t At = Start[0].end() - Line.begin() - strlen("expected-error");
       SMLoc Loc = SMLoc::getFromPointer(Line.data() + At);
       SmallVector<StringRef, 4> M;
       if (!Directive.match(Line.drop_front(At), &M)) {
