@@ -47,15 +47,15 @@ namespace {
 /// thread_local copy of that flag that libtorch_python does not export; the
 /// Python global is what every TorchDispatchMode.__enter__/__exit__ writes it
 /// from, so it is equal to the TLS on the thread that entered the mode.
-PyObject *PythonDispatchDict = nullptr;
-PyObject *InModeFlagName = nullptr;
+// Mirror of torch's hidden thread-local "in a dispatch mode without
+// ignore_compile_internals" flag (LocalState::should_mask_python_keys reads
+// its negation). torch sets it through
+// torch._C._dynamo.guards.set_is_in_mode_without_ignore_compile_internals,
+// which the plugin wraps to call setInModeWithoutIgnoreCompileInternals too.
+// The default, false, is torch's.
+thread_local bool InModeWithoutIgnoreCompileInternals = false;
 
-bool shouldMaskPythonKeys() {
-  if (!PythonDispatchDict)
-    return true; // the flag's default is false, i.e. mask
-  PyObject *InMode = PyDict_GetItem(PythonDispatchDict, InModeFlagName);
-  return InMode != Py_True;
-}
+bool shouldMaskPythonKeys() { return !InModeWithoutIgnoreCompileInternals; }
 
 /// torch::dynamo::LocalState::apply(ks) is
 ///   ((ks | included) - excluded) - {Python, PythonTLSSnapshot,
@@ -466,20 +466,10 @@ const TorchHooks AtenHooks = {readLocalState, tensorMatch,
 
 } // namespace
 
-void guardjit::installTorchRuntime() {
-  if (!PythonDispatchDict) {
-    // Best effort: without the module the flag keeps its default (mask).
-    if (PyObject *M = PyImport_ImportModule("torch.utils._python_dispatch")) {
-      PythonDispatchDict = PyModule_GetDict(M); // borrowed; module lives on
-      Py_INCREF(PythonDispatchDict);
-      Py_DECREF(M);
-      InModeFlagName = PyUnicode_InternFromString(
-          "_is_in_any_mode_without_ignore_compile_internals");
-      if (!InModeFlagName) {
-        Py_CLEAR(PythonDispatchDict);
-      }
-    }
-    PyErr_Clear();
-  }
-  setTorchHooks(&AtenHooks);
+void guardjit::setInModeWithoutIgnoreCompileInternals(bool InMode) {
+  InModeWithoutIgnoreCompileInternals = InMode;
 }
+
+bool guardjit::masksPythonKeys() { return shouldMaskPythonKeys(); }
+
+void guardjit::installTorchRuntime() { setTorchHooks(&AtenHooks); }

@@ -310,29 +310,27 @@ def _leaf_default_device(rec, mgr, parts, stack):
          aux=rec.object_id("dict", utils_device.__dict__, True))
 
 
-def _python_keys() -> int:
+def _python_keys() -> Any:
     ks = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
     for k in (torch._C.DispatchKey.PythonTLSSnapshot, torch._C.DispatchKey.PythonDispatcher):
         ks = ks.add(k)
-    return ks.raw_repr()
+    return ks
 
 
 def _leaf_tensor_match(rec, mgr, value, sizes, strides, name, parts, stack, pytype, keys):
     # TensorCheck stores LocalState.apply(keys) at construction:
-    # ((keys | tls_included) - tls_excluded) - {Python keys}; torch 2.13 masks
-    # the Python keys unless a dispatch mode without ignore_compile_internals
-    # is active (the flag every such mode copies into torch's thread-local).
-    inc = torch._C._dispatch_tls_local_include_set().raw_repr()
-    exc = torch._C._dispatch_tls_local_exclude_set().raw_repr()
-    applied = (keys.raw_repr() | inc) & ~exc & 0xFFFFFFFFFFFFFFFF
-    from torch.utils import _python_dispatch
-
-    if not getattr(_python_dispatch, "_is_in_any_mode_without_ignore_compile_internals", False):
-        applied &= ~_python_keys()
+    # ((keys | tls_included) - tls_excluded) - {Python keys}, with
+    # DispatchKeySet's own operators (`-` keeps backend bits). The Python keys
+    # are masked unless this thread is in a dispatch mode without
+    # ignore_compile_internals (torch's thread-local, mirrored by _core).
+    applied = (keys | torch._C._dispatch_tls_local_include_set()) \
+        - torch._C._dispatch_tls_local_exclude_set()
+    if _core.masks_python_keys():
+        applied = applied - _python_keys()
     # An empty list means "the tensor's own sizes/strides" (pyListToVecOptInt).
     sizes = list(sizes) if len(sizes) or value.dim() == 0 else list(value.shape)
     strides = list(strides) if len(strides) or value.dim() == 0 else list(value.stride())
-    spec = rec.ir.add_tensor_spec(value, rec.object_id("type", pytype, False), applied,
+    spec = rec.ir.add_tensor_spec(value, rec.object_id("type", pytype, False), applied.raw_repr(),
                                   sizes, strides)
     _add(rec, mgr, "tensor_match", "TENSOR_MATCH", parts, stack, dedup=True, tensor=spec,
          parameter=isinstance(value, torch.nn.Parameter))
@@ -478,11 +476,32 @@ def install() -> None:
         _originals.append((dynamo_guards, name, orig))
         setattr(dynamo_guards, name, wrapper)
 
+    _mirror_mode_flag()
     wrap_install("install_no_tensor_aliasing_guard", _on_no_tensor_aliasing)
     for name in ("install_object_aliasing_guard", "install_storage_overlapping_guard",
                  "install_symbolic_shape_guard"):
         wrap_install(name, functools.partial(_on_unsupported_install, name))
     _installed = True
+
+
+def _mirror_mode_flag() -> None:
+    """Mirrors torch's thread-local mode flag into _core (TENSOR_MATCH masks
+    the Python dispatch keys by it). torch.utils._python_dispatch calls the
+    setter through its module global, which is wrapped here."""
+    from torch.utils import _python_dispatch as pd
+
+    orig = pd.set_is_in_mode_without_ignore_compile_internals
+
+    @functools.wraps(orig)
+    def setter(in_mode):
+        orig(in_mode)
+        _core.set_in_mode_without_ignore_compile_internals(bool(in_mode))
+
+    _originals.append((pd, "set_is_in_mode_without_ignore_compile_internals", orig))
+    pd.set_is_in_mode_without_ignore_compile_internals = setter
+    # This thread's current value (modes entered before guardjit was installed).
+    _core.set_in_mode_without_ignore_compile_internals(
+        bool(getattr(pd, "_is_in_any_mode_without_ignore_compile_internals", False)))
 
 
 def uninstall() -> None:

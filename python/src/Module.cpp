@@ -311,6 +311,12 @@ PYBIND11_MODULE(_core, M) {
       },
       "(calls, failures, native) of a callable made by make_guard.");
 
+  M.def("set_in_mode_without_ignore_compile_internals",
+        &setInModeWithoutIgnoreCompileInternals, py::arg("in_mode"),
+        "Mirrors torch's thread-local of the same name for this thread.");
+  M.def("masks_python_keys", &masksPythonKeys,
+        "Whether TENSOR_MATCH on this thread masks the Python dispatch keys.");
+
   M.attr("PY_VERSION_HEX") = PY_VERSION_HEX;
   M.attr("LLVM_VERSION") = LLVM_VERSION_STRING;
 }

@@ -34,6 +34,14 @@ namespace guardjit {
 /// `import torch` (the torch libraries must be loaded). Idempotent.
 void installTorchRuntime();
 
+/// Mirrors torch's thread-local set by
+/// torch._C._dynamo.guards.set_is_in_mode_without_ignore_compile_internals
+/// (not exported by libtorch_python) for the calling thread. While it is
+/// false (the default) LocalState masks the Python dispatch keys.
+void setInModeWithoutIgnoreCompileInternals(bool InMode);
+/// Whether LocalState on the calling thread masks the Python keys.
+bool masksPythonKeys();
+
 } // namespace guardjit
 
 #endif // GUARDJIT_TORCHRUNTIME_TORCHRUNTIME_H
