@@ -18,10 +18,11 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 PY=${PYTHON:-python3}
-echo "==> pip: torch==2.13.0 and build/test tools"
+echo "==> pip: torch==2.13.0, build/test tools and the benchmark's model and plot libraries"
 # torch is pinned: a bare "torch" would download a multi-GB CUDA build.
 "$PY" -m pip install -q --disable-pip-version-check torch==2.13.0 "scikit-build-core>=0.10" \
-  "pybind11>=3.0" ninja "cmake>=3.25" pytest hypothesis lit 2>&1 | grep -v "^WARNING" || true
+  "pybind11>=3.0" ninja "cmake>=3.25" pytest hypothesis lit transformers matplotlib tqdm 2>&1 \
+  | grep -v "^WARNING" || true
 
 echo "==> building and installing guardjit (first build takes a few minutes)"
 # No build isolation: the build compiles against the installed torch's headers.
@@ -29,3 +30,5 @@ echo "==> building and installing guardjit (first build takes a few minutes)"
   | grep -v "^WARNING" || true
 "$PY" -c "import guardjit, guardjit._core; assert guardjit.enabled()" \
   || { echo "guardjit failed to build or import" >&2; exit 1; }
+# pyenv shims expose new console scripts (guard-ir-opt) only after a rehash.
+command -v pyenv >/dev/null 2>&1 && pyenv rehash || true

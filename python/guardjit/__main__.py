@@ -28,13 +28,77 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--opt-level", choices=("O0", "light", "O2"), default="light",
                       help="LLVM optimization level of the native checks (default: light)")
 
+    bench = sub.add_parser(
+        "bench", help="benchmark guardjit against Dynamo on a corpus of real models",
+        description="Per model, in one process and interleaved: guard count, Dynamo's and "
+                    "guardjit's check, the TorchDynamo Cache Lookup profiler event, the "
+                    "end-to-end call, JIT compile ms, and the same with each of torch's guard "
+                    "options (filters, install_free_tensors, dict tags, skip_guard_eval_unsafe). "
+                    "See docs/performance.md.")
+    from guardjit.bench.corpus import CORPUS
+
+    bench.add_argument("--models", nargs="+", choices=list(CORPUS), default=list(CORPUS),
+                       help="models to run (default: all)")
+    bench.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    bench.add_argument("--plot", metavar="FILE.png", help="write the plot (needs matplotlib)")
+    bench.add_argument("--quick", action="store_true",
+                       help="smaller models, few rounds, eager end to end (CI; < 3 minutes)")
+    bench.add_argument("--backend", default=None,
+                       help="backend of the end-to-end and cache-lookup runs (default: eager; "
+                            "e.g. inductor); guard checks always use eager")
+    bench.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
+    bench.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    export = sub.add_parser(
+        "export", help="write the Guard IR (.gir) of every compile unit of a model",
+        description="Compiles the model a factory returns with guardjit, calls it once and "
+                    "writes one .gir file per compile unit.")
+    export.add_argument("factory", metavar="MODULE:FACTORY",
+                        help="a callable returning a guardjit.models.ModelCase or "
+                             "(model, example_args), e.g. guardjit.models:transformer")
+    export.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    export.add_argument("--backend", default="eager", help="torch.compile backend")
+
     args = parser.parse_args(argv)
+    if args.command == "export":
+        from guardjit import export as export_mod
+
+        return export_mod.main(args.factory, args.out, args.backend)
+    if args.command == "bench":
+        return _bench(args)
     if args.command == "demo":
         from guardjit import demo as demo_mod
 
         return demo_mod.main(args.models, args.backend, args.json, args.rounds, args.opt_level)
     parser.error(f"unknown command {args.command}")
     return 2
+
+
+def _bench(args: argparse.Namespace) -> int:
+    import guardjit
+
+    if not guardjit.enabled():
+        print("guardjit cannot run here (see the warning above)", file=sys.stderr)
+        return 2
+    from guardjit.bench import report, run
+
+    settings = run.Settings.quick_mode() if args.quick else run.Settings()
+    if args.backend:
+        settings.e2e_backend = args.backend
+    data = run.run(args.models, settings, progress=not args.no_progress)
+    if args.markdown:
+        print(report.main_table(data, markdown=True))
+        print()
+        print(report.options_table(data, markdown=True))
+    else:
+        print(report.format_text(data))
+    if args.json:
+        report.write_json(data, args.json)
+        print(f"wrote {args.json}", file=sys.stderr)
+    if args.plot:
+        report.plot(data, args.plot)
+        print(f"wrote {args.plot}", file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":

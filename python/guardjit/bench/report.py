@@ -1,0 +1,231 @@
+"""Table, JSON and plot of ``python -m guardjit bench``."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+from typing import Any
+
+import torch
+
+from guardjit.bench.run import FILTERS, OPTIONS, STANCE
+
+_SHORT = {
+    "install_free_tensors": "free-tensors",
+    "skip_guard_on_inbuilt_nn_modules_unsafe": "skip-inbuilt-nn",
+    "skip_guard_on_all_nn_modules_unsafe": "skip-all-nn",
+    "keep_tensor_guards_unsafe": "keep-tensor",
+    "keep_portable_guards_unsafe": "keep-portable",
+    "skip_guard_on_globals_unsafe": "skip-globals",
+    "skip_all_guards_unsafe": "skip-all",
+    "use_recursive_dict_tags_for_guards": "dict-tags",
+    STANCE: "skip-eval stance",
+}
+
+
+def environment() -> dict[str, Any]:
+    """machine (guardjit.demo.machine() plus lscpu) and library versions."""
+    from guardjit import demo
+
+    machine = demo.machine()
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        for line in out.splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("Model name", "L2 cache", "L3 cache", "CPU(s)",
+                               "Thread(s) per core"):
+                machine["lscpu " + key.strip()] = value.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    versions = {"torch": torch.__version__}
+    try:
+        import transformers
+
+        versions["transformers"] = transformers.__version__
+    except ImportError:
+        versions["transformers"] = None
+    import guardjit
+
+    versions["guardjit"] = guardjit.__version__
+    return {"machine": machine, "versions": versions}
+
+
+def _f(x: Any, fmt: str = "{:.2f}") -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float) and x != x:
+        return "nan"
+    return fmt.format(x)
+
+
+def _x(x: Any) -> str:
+    return _f(x, "{:.1f}x")
+
+
+def _spread(m: dict[str, Any], key: str) -> str:
+    r = m.get(key)
+    lo, hi = m.get(key + "_min"), m.get(key + "_max")
+    if r is None:
+        return "-"
+    if lo is None or hi is None:
+        return _x(r)
+    return f"{r:.1f}x ({lo:.1f}-{hi:.1f})"
+
+
+def _table(rows: list[tuple[str, ...]], markdown: bool) -> str:
+    if markdown:
+        out = ["| " + " | ".join(rows[0]) + " |", "|" + "|".join("---" for _ in rows[0]) + "|"]
+        out += ["| " + " | ".join(r) + " |" for r in rows[1:]]
+        return "\n".join(out)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _status(m: dict[str, Any]) -> str:
+    if m.get("status") in (None, "native"):
+        return "native"
+    return f"{m.get('status')} {m.get('units_native', 0)}/{m.get('units', 0)}"
+
+
+def main_table(data: dict[str, Any], markdown: bool = False) -> str:
+    head = ("model", "guards", "guardjit", "Dynamo check µs", "guardjit µs", "check ratio",
+            "cold ratio", "lookup µs torch", "lookup µs guardjit", "lookup ratio",
+            "call µs torch", "call µs guardjit", "JIT ms")
+    rows = [head]
+    for m in data["models"]:
+        rows.append((m["name"], _f(m.get("guards"), "{}"), _status(m),
+                     _f(m.get("dynamo_check_us")), _f(m.get("guardjit_check_us")),
+                     _spread(m, "ratio"), _x(m.get("cold_ratio")),
+                     _f(m.get("lookup_us_torch")), _f(m.get("lookup_us_guardjit")),
+                     _spread(m, "lookup_ratio"),
+                     _f(m.get("call_us_torch"), "{:.1f}"), _f(m.get("call_us_guardjit"), "{:.1f}"),
+                     _f(m.get("compile_ms"), "{:.1f}")))
+    return _table(rows, markdown)
+
+
+def options_table(data: dict[str, Any], markdown: bool = False) -> str:
+    """Per option: guards, and Dynamo µs / guardjit µs of the check."""
+    head = ("model",) + tuple(_SHORT[o] for o in OPTIONS)
+    rows = [head]
+    for m in data["models"]:
+        cells = [m["name"]]
+        for o in OPTIONS:
+            e = (m.get("options") or {}).get(o) or {}
+            if o == STANCE:
+                cells.append("lookup " + _f(e.get("lookup_us_torch")) + " / "
+                             + _f(e.get("lookup_us_guardjit")) if e.get("status") == "ok"
+                             else e.get("status", "-"))
+                continue
+            if e.get("status") == "error":
+                cells.append("error")
+                continue
+            tag = "" if e.get("status") == "native" else f" [{e.get('status')}]"
+            cells.append(f"{_f(e.get('guards'), '{}')}g {_f(e.get('dynamo_check_us'))} / "
+                         f"{_f(e.get('guardjit_check_us'))}{tag}")
+        rows.append(tuple(cells))
+    return _table(rows, markdown)
+
+
+def summary(data: dict[str, Any]) -> dict[str, Any]:
+    """Headline numbers against the issue's targets (default options only)."""
+    ms = [m for m in data["models"] if m.get("ratio")]
+    ratios = [m["ratio"] for m in ms]
+    lk = [m["lookup_ratio"] for m in data["models"] if m.get("lookup_ratio")]
+    native = [m for m in ms if m.get("status") == "native"]
+    out = {
+        "models": len(data["models"]),
+        "models_native": len(native),
+        "median_check_ratio": statistics.median(ratios) if ratios else None,
+        "min_check_ratio": min(ratios) if ratios else None,
+        "median_check_ratio_native": (statistics.median([m["ratio"] for m in native])
+                                      if native else None),
+        "median_lookup_ratio": statistics.median(lk) if lk else None,
+        "min_lookup_ratio": min(lk) if lk else None,
+    }
+    out["targets"] = {
+        "median check >= 10x": bool(out["median_check_ratio"] and out["median_check_ratio"] >= 10),
+        "every model check >= 3x": bool(out["min_check_ratio"] and out["min_check_ratio"] >= 3),
+        "lookup >= 5x lower": bool(out["median_lookup_ratio"]
+                                   and out["median_lookup_ratio"] >= 5),
+    }
+    return out
+
+
+def format_text(data: dict[str, Any]) -> str:
+    s = summary(data)
+    parts = [main_table(data), "",
+             "guard check with each option: guards, Dynamo µs / guardjit µs "
+             "(stance: cache lookup µs, torch / guardjit)",
+             options_table(data), ""]
+    for m in data["models"]:
+        for r in m.get("fallback_reasons") or []:
+            parts.append(f"  {m['name']}: a compile unit stayed on Dynamo's path: {r}")
+        for k, v in (m.get("errors") or {}).items():
+            parts.append(f"  {m['name']}: {k} failed: {v}")
+        for o, e in (m.get("options") or {}).items():
+            if e.get("status") == "error":
+                parts.append(f"  {m['name']} [{o}]: {e.get('error')}")
+    parts.append(
+        f"median check ratio {_x(s['median_check_ratio'])}, min {_x(s['min_check_ratio'])}; "
+        f"median lookup ratio {_x(s['median_lookup_ratio'])}; "
+        f"{s['models_native']}/{s['models']} models fully native")
+    return "\n".join(parts)
+
+
+def write_json(data: dict[str, Any], path: str) -> None:
+    data = dict(data)
+    data["summary"] = summary(data)
+    with open(path, "w") as f:
+        json.dump(data, f, indent=2, default=str)
+        f.write("\n")
+
+
+def plot(data: dict[str, Any], path: str) -> None:
+    """Per-call guard check (hot) and cache lookup by model, torch vs guardjit, log scale."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = [m for m in data["models"] if m.get("dynamo_check_us")]
+    names = [m["name"] + ("" if m.get("status") == "native" else "*") for m in models]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 0.55 * len(models) + 2.2), sharey=True)
+    panels = (("guard check, µs per call (hot)", "dynamo_check_us", "guardjit_check_us",
+               "ratio"),
+              ('"TorchDynamo Cache Lookup", µs per call', "lookup_us_torch",
+               "lookup_us_guardjit", "lookup_ratio"))
+    ys = list(range(len(models)))
+    h = 0.38
+    for ax, (title, ka, kb, kr) in zip(axes, panels):
+        a = [m.get(ka) or float("nan") for m in models]
+        b = [m.get(kb) or float("nan") for m in models]
+        ax.barh([y - h / 2 for y in ys], a, h, label="torch.compile (Dynamo)", color="#c44e52")
+        ax.barh([y + h / 2 for y in ys], b, h, label="guardjit", color="#4c72b0")
+        ax.set_xscale("log")
+        ax.set_title(title)
+        ax.grid(axis="x", which="both", alpha=0.3)
+        for y, m, va, vb in zip(ys, models, a, b):
+            r = m.get(kr)
+            if r and vb == vb:
+                ax.text(max(va, vb) * 1.15, y, f"{r:.1f}x", va="center", fontsize=9)
+        lo = min(v for v in a + b if v == v and v > 0)
+        hi = max(v for v in a + b if v == v)
+        ax.set_xlim(lo / 2, hi * 6)
+    axes[0].set_yticks(ys, names)
+    axes[0].invert_yaxis()
+    axes[0].legend(loc="lower right", fontsize=9)
+    mach = data.get("machine", {})
+    fig.suptitle(f"guardjit vs Dynamo, per call (lower is better) — {mach.get('date', '')}, "
+                 f"{mach.get('cpu', '')}, torch {mach.get('torch', '')}", fontsize=10)
+    fig.text(0.01, 0.005, "* a compile unit stayed on Dynamo's path (see fallback_reasons); "
+             "ratio = median of interleaved per-round ratios", fontsize=8)
+    fig.tight_layout(rect=(0, 0.03, 1, 0.97))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+__all__ = ["environment", "main_table", "options_table", "summary", "format_text",
+           "write_json", "plot", "FILTERS"]

@@ -1,0 +1,567 @@
+"""Measurements of ``python -m guardjit bench`` (shared/MEASURING.md).
+
+Per model, in one process:
+
+1. **Guard check** (backend ``eager``; the guards do not depend on the
+   backend). The model is compiled with ``guardjit.compile``; a hook in front
+   of guardjit's keeps, per compile unit, Dynamo's own ``RootGuardManager``,
+   the root the cache entry runs (guardjit's, or Dynamo's when the unit fell
+   back) and the compile-time frame locals dict. Both roots are checked on
+   that same dict, interleaved (:func:`guardjit.timing.interleaved`): hot
+   (repeated calls) and cold (a cache-flushing sweep before each timed call).
+   For a model with several compile units, one A call checks every unit once.
+2. **Cache lookup and end to end.** ``torch.compile`` and ``guardjit.compile``
+   of the same module live side by side (``--backend``, default ``eager``: the guards and the lookup
+   are the same with ``inductor``, which only changes the model's own time);
+   rounds alternate between them. Per round, N calls run under
+   ``torch.profiler`` and the self CPU time of the "TorchDynamo Cache Lookup"
+   events is divided by N; then the whole call is timed interleaved without
+   the profiler.
+3. **The guide's options** (guard check as in 1, one compile each):
+   ``install_free_tensors``, the six ``guard_filter_fn`` filters of
+   ``torch.compiler``, ``use_recursive_dict_tags_for_guards``; and the
+   ``skip_guard_eval_unsafe`` stance, whose cache lookup and call time are
+   measured on the two compiled models of step 2.
+
+Everything runs under ``torch.no_grad()`` (a serving loop). A step that fails
+is recorded with its error; a compile unit left on Dynamo's path is recorded
+with guardjit's reason. Nothing here raises for one model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import torch._dynamo.guards as dynamo_guards
+
+import guardjit
+from guardjit import plugin, timing
+from guardjit.bench.corpus import BenchCase
+
+LOOKUP_EVENT = "TorchDynamo Cache Lookup"
+
+FILTERS = (
+    "skip_guard_on_inbuilt_nn_modules_unsafe",
+    "skip_guard_on_all_nn_modules_unsafe",
+    "keep_tensor_guards_unsafe",
+    "keep_portable_guards_unsafe",
+    "skip_guard_on_globals_unsafe",
+    "skip_all_guards_unsafe",
+)
+CONFIG_OPTIONS = ("install_free_tensors", "use_recursive_dict_tags_for_guards")
+STANCE = "skip_guard_eval_unsafe"
+OPTIONS = CONFIG_OPTIONS[:1] + FILTERS + CONFIG_OPTIONS[1:] + (STANCE,)
+
+# Fields every model entry carries (the test checks them).
+MODEL_FIELDS = ("name", "guards", "dynamo_check_us", "guardjit_check_us", "ratio",
+                "lookup_us_torch", "lookup_us_guardjit", "call_us_torch", "call_us_guardjit",
+                "compile_ms", "options")
+
+
+@dataclasses.dataclass
+class Settings:
+    rounds: int = 21  # interleaved rounds of the hot guard check
+    target_ms: float = 2.0  # one batch of calls per round takes about this
+    cold_rounds: int = 7
+    cold_calls: int = 20  # timed calls per cold round, each after a flush
+    profile_rounds: int = 5  # profiler rounds per side
+    profile_calls: int = 100  # calls per profiler round
+    call_rounds: int = 15  # end-to-end rounds
+    option_rounds: int = 11
+    e2e_backend: str = "eager"
+    opt_level: str = "light"
+    quick: bool = False
+
+    @classmethod
+    def quick_mode(cls) -> Settings:
+        return cls(rounds=5, target_ms=0.5, cold_rounds=2, cold_calls=5, profile_rounds=2,
+                   profile_calls=20, call_rounds=3, option_rounds=3, e2e_backend="eager",
+                   quick=True)
+
+
+# --- capturing every compile unit ------------------------------------------------
+
+@dataclasses.dataclass
+class Captured:
+    dynamo_root: Any  # Dynamo's RootGuardManager
+    final_root: Any  # the root the cache entry runs (guardjit's or Dynamo's)
+    f_locals: dict
+    code: Any = None
+
+
+def _entry_locals(case: BenchCase, code: Any) -> dict | None:
+    """The frame locals of ``code`` at entry, from one eager call of the model.
+
+    The compile-time frame locals can be stale: a frame that mutates its
+    own ``kwargs`` (transformers' output wrappers do) leaves a dict that no
+    longer passes the guards built at entry. Containers are copied at entry.
+    """
+    got: dict[str, dict] = {}
+
+    def prof(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code is code and "v" not in got:
+            got["v"] = {k: (type(v)(v) if type(v) in (dict, list) else v)
+                        for k, v in frame.f_locals.items()}
+
+    args, kwargs = case.inputs()
+    sys.setprofile(prof)
+    try:
+        case.model(*args, **kwargs)
+    finally:
+        sys.setprofile(None)
+    return got.get("v")
+
+
+@contextlib.contextmanager
+def capture_units() -> Iterator[list[Captured]]:
+    """Keeps, per compile unit built inside, both roots and the frame locals.
+
+    The hook runs in front of guardjit's (which it calls), so it sees
+    Dynamo's root before guardjit replaces it, and the root afterwards.
+    """
+    plugin.install_hooks()
+    prev = dynamo_guards.guard_manager_testing_hook_fn
+    got: list[Captured] = []
+
+    def hook(wrapper: Any, f_locals: Any, builder: Any) -> None:
+        root = wrapper.root
+        if prev is not None:
+            prev(wrapper, f_locals, builder)
+        got.append(Captured(root, wrapper.root, f_locals, getattr(builder, "f_code", None)))
+
+    dynamo_guards.guard_manager_testing_hook_fn = hook
+    try:
+        yield got
+    finally:
+        dynamo_guards.guard_manager_testing_hook_fn = prev
+
+
+@contextlib.contextmanager
+def keep_units() -> Iterator[None]:
+    plugin.clear_units()
+    plugin.config.keep_units = True
+    try:
+        yield
+    finally:
+        plugin.config.keep_units = False
+
+
+# --- timing helpers ----------------------------------------------------------------
+
+class _Direct:
+    """Gives a bare callable a ``check`` method (for :func:`_checks`)."""
+
+    def __init__(self, fn: Callable[[dict], object]) -> None:
+        self.check = fn
+
+
+def _checks(pairs: list[tuple[Any, dict]]) -> Callable[[], object]:
+    """One call checks every (root, f_locals) pair once."""
+    if len(pairs) == 1:
+        root, fl = pairs[0]
+        check = root.check
+        return lambda: check(fl)
+    checks = [(r.check, fl) for r, fl in pairs]
+
+    def run() -> None:
+        for c, fl in checks:
+            c(fl)
+    return run
+
+
+_FLUSH = bytearray(16 << 20)  # larger than the L2 of the machines we run on
+
+
+def _flush() -> None:
+    # Touch one byte per 64-byte line: evicts the guarded objects from L1/L2.
+    _FLUSH[::64] = _FLUSH[1::64]
+
+
+def cold_interleaved(a: Callable[[], object], b: Callable[[], object], rounds: int,
+                     calls: int) -> dict[str, float]:
+    """Per-call µs of A and B with the caches flushed before every call."""
+    pc = time.perf_counter_ns
+    a_med, b_med, ratios = [], [], []
+    for r in range(rounds + 1):
+        ta, tb = [], []
+        for _ in range(calls):
+            _flush()
+            s = pc(); a(); ta.append(pc() - s)
+            _flush()
+            s = pc(); b(); tb.append(pc() - s)
+        if r == 0:
+            continue  # warm-up
+        ma, mb = statistics.median(ta), statistics.median(tb)
+        a_med.append(ma / 1e3)
+        b_med.append(mb / 1e3)
+        ratios.append(ma / max(mb, 1))
+    return {"a_us": statistics.median(a_med), "b_us": statistics.median(b_med),
+            "ratio": statistics.median(ratios)}
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Silences the profiler's start/stop lines (written by C++ to fd 2)."""
+    import os
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def profile_lookup_us(fn: Callable[[], object], calls: int) -> float:
+    """Self CPU µs of "TorchDynamo Cache Lookup" per call of ``fn``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(calls):
+            fn()
+    total = sum(e.self_cpu_time_total for e in prof.events() if e.name == LOOKUP_EVENT)
+    return total / calls
+
+
+def interleaved_lookup(a: Callable[[], object], b: Callable[[], object], rounds: int,
+                       calls: int) -> dict[str, float]:
+    profile_lookup_us(a, max(1, calls // 4))  # warm-up (profiler start-up, caches)
+    profile_lookup_us(b, max(1, calls // 4))
+    la, lb, ratios = [], [], []
+    for _ in range(rounds):
+        x = profile_lookup_us(a, calls)
+        y = profile_lookup_us(b, calls)
+        la.append(x)
+        lb.append(y)
+        ratios.append(x / y if y else float("nan"))
+    return {"a_us": statistics.median(la), "b_us": statistics.median(lb),
+            "ratio": statistics.median(ratios), "ratio_min": min(ratios),
+            "ratio_max": max(ratios)}
+
+
+def _ab(r: timing.ABResult) -> dict[str, float]:
+    return {"a_us": r.a_us, "b_us": r.b_us, "ratio": r.ratio, "ratio_min": r.ratio_min,
+            "ratio_max": r.ratio_max, "batch": r.batch, "rounds": r.rounds}
+
+
+def _err(e: BaseException) -> str:
+    msg = f"{type(e).__name__}: {e}".strip()
+    return msg.splitlines()[0][:300] if msg else type(e).__name__
+
+
+# --- step 1: the guard check -----------------------------------------------------------
+
+def measure_checks(case: BenchCase, s: Settings, compile_kwargs: dict | None = None,
+                   dynamo_config: dict | None = None, cold: bool = True,
+                   rounds: int | None = None) -> dict[str, Any]:
+    """Compiles ``case`` with guardjit (eager) and times both checks."""
+    torch._dynamo.reset()
+    out: dict[str, Any] = {}
+    reasons_before = dict(guardjit.stats().get("fallback_reasons", {}))
+    cfg = torch._dynamo.config.patch(**(dynamo_config or {}))
+    with cfg, keep_units(), capture_units() as captured:
+        model = guardjit.compile(case.model, backend="eager", **(compile_kwargs or {}))
+        args, kwargs = case.inputs()
+        model(*args, **kwargs)
+        model(*args, **kwargs)  # a second call must hit (no recompile)
+        units = plugin.units()
+        reasons_after = dict(guardjit.stats().get("fallback_reasons", {}))
+        fallback = [u.reason for u in units if u.status == "dynamo"]
+        new_reasons = {k: v - reasons_before.get(k, 0) for k, v in reasons_after.items()
+                       if v - reasons_before.get(k, 0) > 0}
+        guards = sum(u.guards for u in units)
+        out.update({
+            "guards": guards,
+            "units": len(captured),
+            "units_native": sum(u.status == "native" for u in units),
+            "units_interpreter": sum(u.status == "interpreter" for u in units),
+            "units_dynamo": sum(u.status == "dynamo" for u in units),
+            "python_guards": sum(u.python_guards for u in units),
+            "compile_ms": sum(u.compile_ms for u in units),
+            "fallback_reasons": fallback or sorted(new_reasons),
+            "status": ("native" if units and not fallback else
+                       "fallback" if units and len(fallback) == len(units) else
+                       "partial" if units else "no compile unit"),
+        })
+        recaptured = 0
+        for c in captured:
+            if c.dynamo_root.check(c.f_locals) and c.final_root.check(c.f_locals):
+                continue
+            fl = _entry_locals(case, c.code) if c.code is not None else None
+            if fl is None or not (c.dynamo_root.check(fl) and c.final_root.check(fl)):
+                raise RuntimeError("a check fails on its compile-time frame locals and on "
+                                   "the frame locals of an eager call")
+            c.f_locals = fl
+            recaptured += 1
+        out["frame_locals"] = "recaptured at entry" if recaptured else "compile time"
+        a = _checks([(c.dynamo_root, c.f_locals) for c in captured])
+        b = _checks([(c.final_root, c.f_locals) for c in captured])
+        if not captured:
+            out.update({"dynamo_check_us": 0.0, "guardjit_check_us": 0.0, "ratio": None})
+            return out
+        r = timing.interleaved(a, b, rounds=rounds or s.rounds, target_ms=s.target_ms)
+        out.update({"dynamo_check_us": r.a_us, "guardjit_check_us": r.b_us, "ratio": r.ratio,
+                    "ratio_min": r.ratio_min, "ratio_max": r.ratio_max,
+                    "check_batch": r.batch, "check_rounds": r.rounds})
+        if cold and units and all(u.status != "dynamo" for u in units):
+            # Where guardjit's time goes: the installed root (Dynamo's root
+            # preamble + one lambda guard) against guardjit's check function
+            # called directly, and its reference interpreter.
+            fn = _checks([(_Direct(u.check), c.f_locals) for u, c in zip(units, captured)])
+            r2 = timing.interleaved(b, fn, rounds=max(3, s.rounds // 2), target_ms=s.target_ms)
+            out.update({"guardjit_fn_us": r2.b_us, "root_overhead_us": r2.a_us - r2.b_us})
+            it = _checks([(_Direct(u.bound.interpret), c.f_locals)
+                          for u, c in zip(units, captured)])
+            r3 = timing.interleaved(it, fn, rounds=max(3, s.rounds // 2), target_ms=s.target_ms)
+            out["interpreter_us"] = r3.a_us
+        if cold:
+            c = cold_interleaved(a, b, s.cold_rounds, s.cold_calls)
+            out.update({"dynamo_check_cold_us": c["a_us"], "guardjit_check_cold_us": c["b_us"],
+                        "cold_ratio": c["ratio"]})
+    return out
+
+
+# --- step 2: cache lookup, end to end, stance -------------------------------------------
+
+class SideBackend:
+    """``backend`` of one side: the named backend, equal only to itself.
+
+    torch.compile's backend wrappers compare equal when they wrap the same
+    backend, and Dynamo's cache lookup shares a cache entry between equal
+    backends; both models compile the same code object, so without this
+    guardjit's compiled model would run torch's cache entry. With one
+    instance per side each side has its own entry (the lookup skips the
+    other side's entry with one failed ``==``, and only on the first call
+    after the other side ran: a hit moves the entry to the front).
+    """
+
+    def __init__(self, name: str, side: str) -> None:
+        from torch._dynamo.backends.registry import lookup_backend
+
+        self.compiler_fn = lookup_backend(name)
+        self.__name__ = f"{name}[{side}]"
+
+    def __call__(self, gm: Any, example_inputs: Any) -> Any:
+        return self.compiler_fn(gm, example_inputs)
+
+
+def measure_end_to_end(case: BenchCase, s: Settings) -> dict[str, Any]:
+    torch._dynamo.reset()
+    out: dict[str, Any] = {"e2e_backend": s.e2e_backend}
+    plain = torch.compile(case.model, backend=SideBackend(s.e2e_backend, "torch"))
+    gj = guardjit.compile(case.model, backend=SideBackend(s.e2e_backend, "guardjit"))
+    args, kwargs = case.inputs()
+
+    def call_plain() -> object:
+        return plain(*args, **kwargs)
+
+    def call_gj() -> object:
+        return gj(*args, **kwargs)
+
+    seen_before = guardjit.stats().get("units_seen", 0)
+    start = time.perf_counter()
+    call_plain()
+    out["e2e_compile_s_torch"] = time.perf_counter() - start
+    start = time.perf_counter()
+    call_gj()
+    out["e2e_compile_s_guardjit"] = time.perf_counter() - start
+    for _ in range(3):
+        call_plain()
+        call_gj()
+    out["units_guardjit_e2e"] = guardjit.stats().get("units_seen", 0) - seen_before
+
+    lk = interleaved_lookup(call_plain, call_gj, s.profile_rounds, s.profile_calls)
+    out.update({"lookup_us_torch": lk["a_us"], "lookup_us_guardjit": lk["b_us"],
+                "lookup_ratio": lk["ratio"], "lookup_ratio_min": lk["ratio_min"],
+                "lookup_ratio_max": lk["ratio_max"]})
+    r = timing.interleaved(call_plain, call_gj, rounds=s.call_rounds, warmup=2,
+                           target_ms=max(s.target_ms, 5.0))
+    out.update({"call_us_torch": r.a_us, "call_us_guardjit": r.b_us, "call_ratio": r.ratio,
+                "call_ratio_min": r.ratio_min, "call_ratio_max": r.ratio_max})
+
+    # The skip_guard_eval_unsafe stance on the same two compiled models: only
+    # the differentiating guards run (its cost is the bar for guardjit's own
+    # differentiating sets). Compared with plain torch.compile without it.
+    st: dict[str, Any] = {"kind": "stance"}
+    try:
+        stance = lambda: torch.compiler.set_stance("default", skip_guard_eval_unsafe=True)  # noqa: E731
+
+        def plain_stance() -> object:
+            with stance():
+                return plain(*args, **kwargs)
+
+        def gj_stance() -> object:
+            with stance():
+                return gj(*args, **kwargs)
+
+        plain_stance()
+        gj_stance()
+        lk_t = interleaved_lookup(call_plain, plain_stance, s.profile_rounds, s.profile_calls)
+        lk_g = interleaved_lookup(call_gj, gj_stance, s.profile_rounds, s.profile_calls)
+        st.update({"lookup_us_torch": lk_t["b_us"], "lookup_us_guardjit": lk_g["b_us"],
+                   "lookup_us_torch_without": lk_t["a_us"],
+                   "lookup_us_guardjit_without": lk_g["a_us"],
+                   "lookup_ratio_vs_torch": lk_t["ratio"],
+                   "lookup_ratio_vs_guardjit": lk_g["ratio"]})
+        rc = timing.interleaved(call_plain, plain_stance, rounds=s.call_rounds, warmup=2,
+                                target_ms=max(s.target_ms, 5.0))
+        st.update({"call_us_torch": rc.b_us, "call_us_torch_without": rc.a_us,
+                   "call_ratio_vs_torch": rc.ratio, "status": "ok"})
+    except Exception as e:  # noqa: BLE001 - recorded, never raised
+        st.update({"status": "error", "error": _err(e)})
+    out["stance"] = st
+    return out
+
+
+# --- step 3: the guide's options ----------------------------------------------------------
+
+def option_kwargs(name: str) -> tuple[dict, dict]:
+    """(torch.compile kwargs, torch._dynamo.config patch) of one option."""
+    if name in FILTERS:
+        return {"options": {"guard_filter_fn": getattr(torch.compiler, name)}}, {}
+    if name in CONFIG_OPTIONS:
+        return {}, {name: True}
+    raise KeyError(name)
+
+
+def measure_option(case: BenchCase, name: str, s: Settings) -> dict[str, Any]:
+    compile_kwargs, config = option_kwargs(name)
+    kind = "guard_filter_fn" if name in FILTERS else "torch._dynamo.config"
+    try:
+        r = measure_checks(case, s, compile_kwargs, config, cold=False, rounds=s.option_rounds)
+        r["kind"] = kind
+        r.setdefault("status", "ok")
+        return r
+    except Exception as e:  # noqa: BLE001 - recorded, never raised
+        if "--bench-debug" in sys.argv:
+            traceback.print_exc()
+        return {"kind": kind, "status": "error", "error": _err(e), "guards": None,
+                "dynamo_check_us": None, "guardjit_check_us": None, "ratio": None}
+
+
+# --- one model ------------------------------------------------------------------------------
+
+STEPS_PER_MODEL = 2 + len(OPTIONS) - 1  # build+check, end to end (+stance), options
+
+
+def measure_model(name: str, factory: Callable[[bool], BenchCase], s: Settings,
+                  tick: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    entry: dict[str, Any] = {"name": name}
+    errors: dict[str, str] = {}
+    start = time.perf_counter()
+    with torch.no_grad():
+        tick(f"{name}: build + guard check")
+        try:
+            case = factory(s.quick)
+        except Exception as e:  # noqa: BLE001
+            for k in MODEL_FIELDS[1:]:
+                entry[k] = None
+            entry.update({"options": {}, "status": "error", "error": f"build: {_err(e)}"})
+            for _ in range(STEPS_PER_MODEL - 1):
+                tick(f"{name}: skipped")
+            return entry
+        entry["name"] = case.name
+        entry["description"] = case.description
+        entry["parameters"] = sum(p.numel() for p in case.model.parameters())
+        entry["tensors"] = (sum(1 for _ in case.model.parameters())
+                            + sum(1 for _ in case.model.buffers()))
+        try:
+            entry.update(measure_checks(case, s))
+        except Exception as e:  # noqa: BLE001
+            errors["check"] = _err(e)
+        tick(f"{name}: cache lookup + end to end ({s.e2e_backend})")
+        stance: dict[str, Any] = {"kind": "stance", "status": "error"}
+        try:
+            e2e = measure_end_to_end(case, s)
+            stance = e2e.pop("stance")
+            entry.update(e2e)
+        except Exception as e:  # noqa: BLE001
+            errors["end_to_end"] = _err(e)
+            stance["error"] = errors["end_to_end"]
+        options: dict[str, Any] = {}
+        for opt in OPTIONS:
+            if opt == STANCE:
+                options[opt] = stance
+                continue
+            tick(f"{name}: {opt}")
+            options[opt] = measure_option(case, opt, s)
+        entry["options"] = options
+    for k in MODEL_FIELDS:
+        entry.setdefault(k, None)
+    if errors:
+        entry["errors"] = errors
+    entry["wall_s"] = time.perf_counter() - start
+    torch._dynamo.reset()
+    return entry
+
+
+# --- progress -------------------------------------------------------------------------------
+
+class Progress:
+    """tqdm when installed, else a counter on stderr."""
+
+    def __init__(self, total: int, enabled: bool = True) -> None:
+        self.total, self.n, self.enabled = total, 0, enabled
+        self.bar = None
+        self.start = time.perf_counter()
+        if enabled:
+            try:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=total, file=sys.stderr, unit="step", dynamic_ncols=True)
+            except ImportError:
+                self.bar = None
+
+    def __call__(self, what: str) -> None:
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            if self.n:
+                self.bar.update(1)
+            self.bar.set_description_str(what[:60])
+        else:
+            el = time.perf_counter() - self.start
+            print(f"[{self.n + 1}/{self.total} {el:5.0f}s] {what}", file=sys.stderr, flush=True)
+        self.n += 1
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.close()
+
+
+def run(names: list[str], s: Settings, progress: bool = True) -> dict[str, Any]:
+    from guardjit.bench.corpus import CORPUS
+    from guardjit.bench.report import environment
+
+    bar = Progress(len(names) * STEPS_PER_MODEL, progress)
+    plugin.config.opt_level = s.opt_level
+    start = time.perf_counter()
+    results = []
+    # One intra-op thread: on a shared 2-core machine a second OpenMP thread
+    # waits on cores other jobs hold, which swamps a tiny model's call time.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for name in names:
+            results.append(measure_model(name, CORPUS[name], s, bar))
+    finally:
+        torch.set_num_threads(threads)
+        bar.close()
+    env = environment()
+    env["settings"] = dataclasses.asdict(s)
+    env["torch_threads"] = 1
+    env["wall_s"] = time.perf_counter() - start
+    return {"machine": env.pop("machine"), "run": env, "models": results}

@@ -1,0 +1,102 @@
+"""``python -m guardjit bench --quick`` produces every field for every model.
+
+No timing assertions: the machines are shared and noisy. The benchmark runs
+in a subprocess, as users run it (its own warnings and Dynamo state stay out
+of this process).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from guardjit.bench.corpus import CORPUS
+from guardjit.bench.run import FILTERS, MODEL_FIELDS, OPTIONS, STANCE
+
+HF_MODELS = ("gpt2", "bert", "llama", "mistral", "t5")
+NUMERIC = ("guards", "dynamo_check_us", "guardjit_check_us", "ratio", "lookup_us_torch",
+           "lookup_us_guardjit", "call_us_torch", "call_us_guardjit", "compile_ms")
+
+
+def _models() -> list[str]:
+    if importlib.util.find_spec("transformers") is not None:
+        return list(CORPUS)
+    return [m for m in CORPUS if m not in HF_MODELS]
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    json_path, png_path = out / "bench.json", out / "bench.png"
+    cmd = [sys.executable, "-m", "guardjit", "bench", "--quick", "--no-progress",
+           "--json", str(json_path), "--models", *_models()]
+    if importlib.util.find_spec("matplotlib") is not None:
+        cmd += ["--plot", str(png_path)]
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    with open(json_path) as f:
+        data = json.load(f)
+    return data, proc.stdout, png_path
+
+
+def test_corpus_size():
+    assert len(CORPUS) >= 8
+
+
+def test_machine_and_versions(quick_run):
+    data, _, _ = quick_run
+    for key in ("cpu", "cores", "python", "torch", "llvm", "date"):
+        assert key in data["machine"], key
+    assert "versions" in data["run"]
+
+
+def test_every_model_has_every_field(quick_run):
+    data, _, _ = quick_run
+    names = [m["name"] for m in data["models"]]
+    assert len(names) == len(_models())
+    for m in data["models"]:
+        assert "error" not in m, (m["name"], m.get("error"))
+        assert not m.get("errors"), (m["name"], m.get("errors"))
+        for field in MODEL_FIELDS:
+            assert field in m, (m["name"], field)
+        for field in NUMERIC:
+            assert isinstance(m[field], (int, float)), (m["name"], field, m[field])
+        # A unit left on Dynamo's path carries its reason.
+        if m["status"] != "native":
+            assert m["fallback_reasons"], m["name"]
+
+
+def test_every_option_is_recorded(quick_run):
+    data, _, _ = quick_run
+    for m in data["models"]:
+        assert set(m["options"]) == set(OPTIONS), m["name"]
+        for name in FILTERS + ("install_free_tensors", "use_recursive_dict_tags_for_guards"):
+            e = m["options"][name]
+            # Either numbers, or the failure recorded with its reason.
+            if e["status"] == "error":
+                assert e["error"], (m["name"], name)
+            else:
+                assert isinstance(e["guards"], int), (m["name"], name)
+                assert isinstance(e["dynamo_check_us"], float), (m["name"], name)
+                assert isinstance(e["guardjit_check_us"], float), (m["name"], name)
+                if e["status"] != "native":
+                    assert e["fallback_reasons"], (m["name"], name)
+        st = m["options"][STANCE]
+        assert st["status"] == "ok" or st.get("error"), m["name"]
+        if st["status"] == "ok":
+            assert isinstance(st["lookup_us_torch"], float)
+            assert isinstance(st["lookup_us_guardjit"], float)
+
+
+def test_table_and_plot(quick_run):
+    data, stdout, png = quick_run
+    for m in data["models"]:
+        assert m["name"] in stdout
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert png.stat().st_size > 10_000
