@@ -83,9 +83,12 @@ ObjectRule valueKey(AccessorKind K) {
   case AccessorKind::GetAttr:
   case AccessorKind::GenericGetAttr:
   case AccessorKind::GetItem:
+  case AccessorKind::GlobalWeakRef: // the global's name
     return {Use::Required, bit(ObjectKind::Key)};
   case AccessorKind::Globals:
     return {Use::Required, bit(ObjectKind::Dict)};
+  case AccessorKind::Lambda:
+    return {Use::Required, bit(ObjectKind::Callable)};
   default:
     return {};
   }
@@ -214,6 +217,12 @@ private:
                  Twine(I));
     checkObject(Diag::Value, I, Diag::ObjectRef, V.Key, valueKey(V.Kind),
                 Kind, "key");
+    // GlobalWeakRefGuardAccessor is always a child of GlobalsGuardAccessor.
+    if (V.Kind == AccessorKind::GlobalWeakRef && V.Parent < I &&
+        S.value(V.Parent).Kind != AccessorKind::Globals)
+      report(Diag::Value, I, Diag::Operand,
+             "global_weakref needs a globals parent, %" + Twine(V.Parent) +
+                 " is " + spelling(S.value(V.Parent).Kind));
     if (needsIndex(V.Kind) && V.Index == -1)
       report(Diag::Value, I, Diag::Whole, Twine(Kind) + " needs index=N");
     if (needsDictIndex(V.Kind) && V.Index < 0)

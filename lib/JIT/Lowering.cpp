@@ -91,6 +91,8 @@ bool needsKey(AccessorKind K) {
   case AccessorKind::GetAttr:
   case AccessorKind::GenericGetAttr:
   case AccessorKind::GetItem:
+  case AccessorKind::Lambda:
+  case AccessorKind::GlobalWeakRef:
     return true;
   default:
     return false;
@@ -495,6 +497,40 @@ void Lowerer::emitValue(ValueId Id, LoweringStats &Stats) {
     Result = B.CreateCall(helper("gj_rt_get_item", PtrTy, {PtrTy, PtrTy}),
                           {Parent, object(V.Key)}, Name);
     break;
+  case AccessorKind::Closure:
+  case AccessorKind::FuncDefaults:
+  case AccessorKind::FuncKwDefaults:
+  case AccessorKind::TypeDict:
+  case AccessorKind::TypeMro:
+  case AccessorKind::CallFunctionNoArgs:
+  case AccessorKind::WeakRefCall: {
+    // One-argument helpers; the new-reference ones join the cleanup chain
+    // below like any other (accessorReturnsNewRef).
+    static constexpr std::pair<AccessorKind, const char *> Unary[] = {
+        {AccessorKind::Closure, "gj_rt_closure"},
+        {AccessorKind::FuncDefaults, "gj_rt_func_defaults"},
+        {AccessorKind::FuncKwDefaults, "gj_rt_func_kwdefaults"},
+        {AccessorKind::TypeDict, "gj_rt_type_dict"},
+        {AccessorKind::TypeMro, "gj_rt_type_mro"},
+        {AccessorKind::CallFunctionNoArgs, "gj_rt_call_function_no_args"},
+        {AccessorKind::WeakRefCall, "gj_rt_weakref_call"},
+    };
+    const char *Fn = nullptr;
+    for (const auto &[K, N] : Unary)
+      if (K == V.Kind)
+        Fn = N;
+    Result = B.CreateCall(helper(Fn, PtrTy, {PtrTy}), {Parent}, Name);
+    break;
+  }
+  case AccessorKind::Lambda:
+    Result = B.CreateCall(helper("gj_rt_lambda_call", PtrTy, {PtrTy, PtrTy}),
+                          {object(V.Key), Parent}, Name);
+    break;
+  case AccessorKind::GlobalWeakRef:
+    Result =
+        B.CreateCall(helper("gj_rt_global_weakref", PtrTy, {PtrTy, PtrTy}),
+                     {Parent, object(V.Key)}, Name);
+    break;
   case AccessorKind::DictKey:
   case AccessorKind::DictValue:
     assert(accessorUsesDictCache(V.Kind) && !accessorReturnsNewRef(V.Kind));
@@ -601,6 +637,16 @@ void Lowerer::emitGuard(size_t Index, LoweringStats &Stats) {
   }
   case GuardKind::NoHasAttr:
     Ok = Call("gj_rt_no_hasattr", {PtrTy, PtrTy}, {V, object(G.Object)});
+    break;
+  case GuardKind::FloatIsNan:
+    Ok = Call("gj_rt_float_is_nan", {PtrTy}, {V});
+    break;
+  case GuardKind::ComplexIsNan:
+    Ok = Call("gj_rt_complex_is_nan", {PtrTy}, {V});
+    break;
+  case GuardKind::DictVersion:
+    Ok = Call("gj_rt_dict_version", {PtrTy, I64},
+              {V, ConstantInt::get(I64, G.Int)});
     break;
   case GuardKind::TensorMatch:
     Ok = Call("gj_rt_tensor_match", {PtrTy, PtrTy, PtrTy},
@@ -762,7 +808,19 @@ ArrayRef<RuntimeSymbol> runtimeSymbols() {
       GJ_SYM(gj_rt_dict_key_fill),
       GJ_SYM(gj_rt_dict_value_fill),
       GJ_SYM(gj_rt_dict_contains_fill),
+      GJ_SYM(gj_rt_closure),
+      GJ_SYM(gj_rt_func_defaults),
+      GJ_SYM(gj_rt_func_kwdefaults),
+      GJ_SYM(gj_rt_type_dict),
+      GJ_SYM(gj_rt_type_mro),
+      GJ_SYM(gj_rt_lambda_call),
+      GJ_SYM(gj_rt_call_function_no_args),
+      GJ_SYM(gj_rt_weakref_call),
+      GJ_SYM(gj_rt_global_weakref),
       GJ_SYM(gj_rt_decref),
+      GJ_SYM(gj_rt_float_is_nan),
+      GJ_SYM(gj_rt_complex_is_nan),
+      GJ_SYM(gj_rt_dict_version),
       GJ_SYM(gj_rt_equals_match),
       GJ_SYM(gj_rt_length_check),
       GJ_SYM(gj_rt_dict_length),

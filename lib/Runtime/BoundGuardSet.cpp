@@ -65,6 +65,8 @@ bool needsKey(AccessorKind K) {
   case AccessorKind::GetAttr:
   case AccessorKind::GenericGetAttr:
   case AccessorKind::GetItem:
+  case AccessorKind::Lambda:
+  case AccessorKind::GlobalWeakRef:
     return true;
   default:
     return false;
@@ -177,6 +179,8 @@ BoundGuardSet::bind(std::shared_ptr<const GuardSet> SetPtr,
       return Fail(describeValue(S, V) + ": attribute name must be a str");
     if (Val.Kind == AccessorKind::Globals && !PyDict_Check(Key))
       return Fail(describeValue(S, V) + ": globals key must be a dict");
+    if (Val.Kind == AccessorKind::Lambda && !PyCallable_Check(Key))
+      return Fail(describeValue(S, V) + ": key must be callable");
   }
 
   // 3. Guards: operands, objects and tensor specs the evaluators read.

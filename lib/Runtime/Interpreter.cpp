@@ -141,6 +141,24 @@ private:
       return gj_rt_dict_key(Parent, V.Index);
     case AccessorKind::DictValue:
       return gj_rt_dict_value(Parent, V.Index);
+    case AccessorKind::Closure:
+      return gj_rt_closure(Parent);
+    case AccessorKind::FuncDefaults:
+      return gj_rt_func_defaults(Parent);
+    case AccessorKind::FuncKwDefaults:
+      return gj_rt_func_kwdefaults(Parent);
+    case AccessorKind::TypeDict:
+      return gj_rt_type_dict(Parent);
+    case AccessorKind::TypeMro:
+      return gj_rt_type_mro(Parent);
+    case AccessorKind::Lambda:
+      return gj_rt_lambda_call(Objs[V.Key], Parent);
+    case AccessorKind::CallFunctionNoArgs:
+      return gj_rt_call_function_no_args(Parent);
+    case AccessorKind::WeakRefCall:
+      return gj_rt_weakref_call(Parent);
+    case AccessorKind::GlobalWeakRef:
+      return gj_rt_global_weakref(Parent, Objs[V.Key]);
     }
     return nullptr;
   }
@@ -215,6 +233,15 @@ bool guardjit::interpret(const BoundGuardSet &B, PyObject *FrameLocals) {
       break;
     case GuardKind::NoHasAttr:
       Pass = gj_rt_no_hasattr(V, Objs[G.Object]);
+      break;
+    case GuardKind::FloatIsNan:
+      Pass = gj_rt_float_is_nan(V);
+      break;
+    case GuardKind::ComplexIsNan:
+      Pass = gj_rt_complex_is_nan(V);
+      break;
+    case GuardKind::DictVersion:
+      Pass = gj_rt_dict_version(V, static_cast<uint64_t>(G.Int));
       break;
     case GuardKind::TensorMatch:
       Pass = gj_rt_tensor_match(V, B.payload(I), &LS);

@@ -20,6 +20,7 @@
 #undef Py_BUILD_CORE
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 using namespace guardjit;
@@ -51,7 +52,16 @@ bool guardjit::accessorReturnsNewRef(AccessorKind K) {
   case AccessorKind::GetAttr:
   case AccessorKind::GenericGetAttr:
   case AccessorKind::GetItem:
+  case AccessorKind::Lambda:
+  case AccessorKind::CallFunctionNoArgs:
+  case AccessorKind::WeakRefCall:
+  case AccessorKind::GlobalWeakRef:
     return true;
+  case AccessorKind::Closure:
+  case AccessorKind::FuncDefaults:
+  case AccessorKind::FuncKwDefaults:
+  case AccessorKind::TypeDict:
+  case AccessorKind::TypeMro:
   case AccessorKind::Root:
   case AccessorKind::FrameLocal:
   case AccessorKind::Globals:
@@ -235,6 +245,97 @@ extern "C" PyObject *gj_rt_dict_value_fill(PyObject *Dict, Py_ssize_t Index,
   return V;
 }
 
+/// The function object behind `Fn`, as the Code/Closure/FuncDefaults
+/// accessors unwrap it: a bound method's or instancemethod's function, else
+/// `Fn` itself (the PyFunction_Get* call then rejects non-functions).
+static PyObject *unwrapFunction(PyObject *Fn) {
+  if (PyMethod_Check(Fn))
+    return PyMethod_GET_FUNCTION(Fn);
+  if (PyInstanceMethod_Check(Fn))
+    return PyInstanceMethod_GET_FUNCTION(Fn);
+  return Fn;
+}
+
+/// PyFunction_Get{Closure,Defaults,KwDefaults}: SystemError for a
+/// non-function, and NULL *without* an error when the slot is empty (no
+/// closure / defaults). Both are failed reads in torch.
+template <PyObject *(*Get)(PyObject *)>
+static PyObject *functionSlot(PyObject *Fn) {
+  PyObject *X = Get(unwrapFunction(Fn));
+  if (!X)
+    PyErr_Clear();
+  return X;
+}
+
+extern "C" PyObject *gj_rt_closure(PyObject *Fn) {
+  return functionSlot<PyFunction_GetClosure>(Fn);
+}
+
+extern "C" PyObject *gj_rt_func_defaults(PyObject *Fn) {
+  return functionSlot<PyFunction_GetDefaults>(Fn);
+}
+
+extern "C" PyObject *gj_rt_func_kwdefaults(PyObject *Fn) {
+  return functionSlot<PyFunction_GetKwDefaults>(Fn);
+}
+
+extern "C" PyObject *gj_rt_type_dict(PyObject *Type) {
+  // TypeDictGuardAccessor reads tp_dict without checking that the input is a
+  // type (Dynamo only builds it under a type); a non-type fails here instead
+  // of reading past the object.
+  if (!PyType_Check(Type))
+    return nullptr;
+  return reinterpret_cast<PyTypeObject *>(Type)->tp_dict;
+}
+
+extern "C" PyObject *gj_rt_type_mro(PyObject *Type) {
+  // TypeMROGuardAccessor: as above; torch hands a NULL tp_mro (a type not
+  // yet readied) to its child, which would crash -- a failed read here.
+  if (!PyType_Check(Type))
+    return nullptr;
+  return reinterpret_cast<PyTypeObject *>(Type)->tp_mro;
+}
+
+extern "C" PyObject *gj_rt_lambda_call(PyObject *Fn, PyObject *Obj) {
+  // PythonLambdaGuardAccessor: fn(obj), a raising fn fails the read.
+  PyObject *X = PyObject_CallOneArg(Fn, Obj);
+  if (!X)
+    PyErr_Clear();
+  return X;
+}
+
+extern "C" PyObject *gj_rt_call_function_no_args(PyObject *Fn) {
+  // CallFunctionNoArgsGuardAccessor.
+  if (!PyCallable_Check(Fn))
+    return nullptr;
+  PyObject *X = PyObject_CallNoArgs(Fn);
+  if (!X)
+    PyErr_Clear();
+  return X;
+}
+
+/// PyWeakref_GetRef (3.13; torch's compat shim on 3.11) of a weakref:
+/// a strong reference to the referent, or None once it died. On 3.11
+/// PyWeakref_GET_OBJECT returns Py_None for a dead ref (a weakref can never
+/// point to None itself).
+static PyObject *derefWeak(PyObject *Ref) {
+  if (!PyWeakref_Check(Ref))
+    return nullptr;
+  return Py_NewRef(PyWeakref_GET_OBJECT(Ref));
+}
+
+extern "C" PyObject *gj_rt_weakref_call(PyObject *Ref) {
+  // WeakRefCallGuardAccessor.
+  return derefWeak(Ref);
+}
+
+extern "C" PyObject *gj_rt_global_weakref(PyObject *Globals, PyObject *Name) {
+  // GlobalWeakRefGuardAccessor: PyDict_GetItem (NULL for a non-dict, errors
+  // swallowed on 3.11), then the weakref's referent.
+  PyObject *Ref = PyDict_GetItem(Globals, Name);
+  return Ref ? derefWeak(Ref) : nullptr;
+}
+
 extern "C" void gj_rt_decref(PyObject *Obj) { Py_DECREF(Obj); }
 
 //===----------------------------------------------------------------------===//
@@ -306,6 +407,25 @@ extern "C" int gj_rt_no_hasattr(PyObject *Value, PyObject *Name) {
   // NO_HASATTR: on 3.11 PyObject_HasAttr swallows every exception, so a
   // raising __getattr__ counts as absent.
   return PyObject_HasAttr(Value, Name) == 0;
+}
+
+extern "C" int gj_rt_float_is_nan(PyObject *Value) {
+  // FLOAT_IS_NAN: exact float only.
+  return PyFloat_CheckExact(Value) && std::isnan(PyFloat_AS_DOUBLE(Value));
+}
+
+extern "C" int gj_rt_complex_is_nan(PyObject *Value) {
+  // COMPLEX_IS_NAN: exact complex with a NaN real or imaginary part.
+  if (!PyComplex_CheckExact(Value))
+    return 0;
+  Py_complex C = reinterpret_cast<PyComplexObject *>(Value)->cval;
+  return std::isnan(C.real) || std::isnan(C.imag);
+}
+
+extern "C" int gj_rt_dict_version(PyObject *Value, uint64_t Tag) {
+  // DICT_VERSION: get_dict_version_unchecked on 3.11 is ma_version_tag.
+  return PyDict_Check(Value) &&
+         reinterpret_cast<PyDictObject *>(Value)->ma_version_tag == Tag;
 }
 
 extern "C" int gj_rt_lambda(PyObject *Fn, PyObject *Value) {

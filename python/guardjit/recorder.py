@@ -153,6 +153,17 @@ _ACCESSORS: dict[str, tuple[str, tuple[str, ...]]] = {
     "getitem_manager": ("get_item", ("key", "source", "example_value", "guard_manager_enum")),
     "get_key_manager": ("dict_key", ("index", "source", "example_value", "guard_manager_enum")),
     "get_value_manager": ("dict_value", ("index", "source", "example_value", "guard_manager_enum")),
+    "closure_manager": ("closure", ("source", "example_value", "guard_manager_enum")),
+    "func_defaults_manager": ("func_defaults", ("source", "example_value", "guard_manager_enum")),
+    "func_kwdefaults_manager": ("func_kwdefaults", ("source", "example_value", "guard_manager_enum")),
+    "type_dict_manager": ("type_dict", ("source", "example_value", "guard_manager_enum")),
+    "type_mro_manager": ("type_mro", ("source", "example_value", "guard_manager_enum")),
+    "lambda_manager": ("lambda", ("python_lambda", "source", "example_value", "guard_manager_enum")),
+    "call_function_no_args_manager": ("call_function_no_args",
+                                      ("source", "example_value", "guard_manager_enum")),
+    "weakref_call_manager": ("weakref_call", ("source", "example_value", "guard_manager_enum")),
+    "global_weakref_manager": ("global_weakref",
+                               ("global_name", "source", "example_value", "guard_manager_enum")),
 }
 
 
@@ -193,6 +204,13 @@ def _on_accessor(method: str, mgr: Any, child: Any, args: tuple, kwargs: dict) -
         index = int(a["key"])
     elif kind in ("dict_key", "dict_value"):
         index = int(a["index"])
+    elif kind == "lambda":
+        # PythonLambdaGuardAccessor holds its callable: kept alive here too.
+        key = rec.object_id("callable", a["python_lambda"], True)
+    elif kind == "global_weakref":
+        g = a["global_name"]
+        key = rec.object_id("key", g, True)
+        name = g if isinstance(g, str) else ""
     vid = rec.ir.add_value(kind, parent, source, name, index, key)
     rec.nodes[id(child)] = (child, vid, example)
     _state.owner[id(child)] = rec
@@ -344,6 +362,13 @@ def _leaf_dimension_marking(rec, mgr, expected, absent, dependent, parts, stack)
          object=rec.object_id("constant", spec, True))
 
 
+def _leaf_dict_version(rec, mgr, value, parts, stack):
+    # DICT_VERSION stores the dict's ma_version_tag when it is built (this
+    # hook runs right after), exactly what dict_version() reads.
+    _add(rec, mgr, "dict_version", "DICT_VERSION", parts, stack, dedup=True,
+         int=C.dict_version(value))
+
+
 def _leaf_epilogue_lambda(rec, mgr, fn, parts, stack):
     _add(rec, mgr, "epilogue_lambda", "LAMBDA_GUARD", parts, stack,
          object=rec.object_id("callable", fn, True))
@@ -368,6 +393,9 @@ _LEAVES: dict[str, Any] = {
     "add_tensor_match_guard": _leaf_tensor_match,
     "add_dimension_marking_guard": _leaf_dimension_marking,
     "add_epilogue_lambda_guard": _leaf_epilogue_lambda,
+    "add_float_is_nan_guard": _simple("float_is_nan", "FLOAT_IS_NAN"),
+    "add_complex_is_nan_guard": _simple("complex_is_nan", "COMPLEX_IS_NAN"),
+    "add_dict_version_guard": _leaf_dict_version,
 }
 
 

@@ -91,6 +91,18 @@ PyObject *gj_rt_dict_key_fill(PyObject *Dict, Py_ssize_t Index,
                               guardjit::DictReadCache *Cache);
 PyObject *gj_rt_dict_value_fill(PyObject *Dict, Py_ssize_t Index,
                                 guardjit::DictReadCache *Cache);
+/// ClosureGuardAccessor, FuncDefaultsGuardAccessor,
+/// FuncKwDefaultsGuardAccessor (bound / instance methods unwrapped first).
+PyObject *gj_rt_closure(PyObject *Fn);
+PyObject *gj_rt_func_defaults(PyObject *Fn);
+PyObject *gj_rt_func_kwdefaults(PyObject *Fn);
+/// TypeDictGuardAccessor / TypeMROGuardAccessor; NULL for a non-type.
+PyObject *gj_rt_type_dict(PyObject *Type);
+PyObject *gj_rt_type_mro(PyObject *Type);
+PyObject *gj_rt_lambda_call(PyObject *Fn, PyObject *Obj);        // NEW
+PyObject *gj_rt_call_function_no_args(PyObject *Fn);              // NEW
+PyObject *gj_rt_weakref_call(PyObject *Ref);                      // NEW
+PyObject *gj_rt_global_weakref(PyObject *Globals, PyObject *Name); // NEW
 void gj_rt_decref(PyObject *Obj);
 
 // Leaf guards.
@@ -103,6 +115,11 @@ int gj_rt_dict_contains(PyObject *Dict, PyObject *Key, int Expected);
 int gj_rt_dict_contains_fill(PyObject *Dict, PyObject *Key, int Expected,
                              guardjit::DictReadCache *Cache);
 int gj_rt_no_hasattr(PyObject *Value, PyObject *Name);
+int gj_rt_float_is_nan(PyObject *Value);
+int gj_rt_complex_is_nan(PyObject *Value);
+/// DICT_VERSION: `Value` is a dict (subclasses too) whose ma_version_tag is
+/// `Tag`.
+int gj_rt_dict_version(PyObject *Value, uint64_t Tag);
 int gj_rt_lambda(PyObject *Fn, PyObject *Value);
 int gj_rt_dimension_marking(PyObject *Value, const void *Payload);
 int gj_rt_default_device(PyObject *DeviceModuleDict, PyObject *Device);

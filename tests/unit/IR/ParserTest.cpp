@@ -44,6 +44,7 @@ GuardSet makeEverything() {
   uint32_t Spec = S.addTensorSpec(T);
 
   ValueId Last = GuardSet::root();
+  ValueId GlobalsValue = GuardSet::root();
 #define GJ_ACCESSOR(Enum, Spelling, TorchName)                                 \
   if (AccessorKind::Enum != AccessorKind::Root) {                              \
     Value V;                                                                   \
@@ -52,14 +53,19 @@ GuardSet makeEverything() {
     V.Source = Spelling;                                                       \
     if (AccessorKind::Enum == AccessorKind::Globals)                           \
       V.Key = Dict;                                                            \
+    else if (AccessorKind::Enum == AccessorKind::Lambda)                       \
+      V.Key = Fn;                                                              \
     else if (AccessorKind::Enum == AccessorKind::FrameLocal ||                 \
              AccessorKind::Enum == AccessorKind::DictGetItem ||                \
              AccessorKind::Enum == AccessorKind::GetAttr ||                    \
              AccessorKind::Enum == AccessorKind::GenericGetAttr ||             \
-             AccessorKind::Enum == AccessorKind::GetItem) {                    \
+             AccessorKind::Enum == AccessorKind::GetItem ||                    \
+             AccessorKind::Enum == AccessorKind::GlobalWeakRef) {              \
       V.Key = Key;                                                             \
       V.Name = "x";                                                            \
     }                                                                          \
+    if (AccessorKind::Enum == AccessorKind::GlobalWeakRef)                     \
+      V.Parent = GlobalsValue;                                                 \
     if (AccessorKind::Enum == AccessorKind::TupleGetItem)                      \
       V.Index = -5;                                                            \
     else if (AccessorKind::Enum == AccessorKind::ListGetItem)                  \
@@ -68,6 +74,8 @@ GuardSet makeEverything() {
              AccessorKind::Enum == AccessorKind::DictValue)                    \
       V.Index = 0;                                                             \
     Last = S.addValue(V);                                                      \
+    if (AccessorKind::Enum == AccessorKind::Globals)                           \
+      GlobalsValue = Last;                                                     \
   }
 #include "guardjit/IR/Accessors.def"
 

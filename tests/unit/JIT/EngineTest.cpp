@@ -1191,6 +1191,235 @@ TEST_P(EngineTest, GenericDictInlineAndSlowPaths) {
   }
 }
 
+//===----------------------------------------------------------------------===//
+// Function, type and call accessors; NaN and dict-version guards
+//===----------------------------------------------------------------------===//
+
+TEST_P(EngineTest, FunctionAttributeAccessors) {
+  exec("def outer():\n"
+       "    k = 3\n"
+       "    def inner(a, b=7, *, c=8):\n"
+       "        return a + b + c + k\n"
+       "    return inner\n"
+       "nested = outer()\n"
+       "class M:\n"
+       "    def meth(self, a, b=7, *, c=8):\n"
+       "        return a\n"
+       "m = M()\n"
+       "def plain(a):\n"
+       "    return a\n");
+  Ref Three = eval("3"), Seven = eval("7"), Eight = eval("8"),
+      C = eval("'c'");
+  SetBuilder SB;
+  ValueId F = SB.local("fn");
+  // fn.__closure__[0].cell_contents == 3
+  ValueId Cells = SB.unary(AccessorKind::Closure, F);
+  SB.guard(GuardKind::LengthCheck, {Cells}, InvalidId, 1);
+  ValueId Cell = SB.indexed(AccessorKind::TupleGetItem, Cells, 0);
+  SB.guard(GuardKind::EqualsMatch,
+           {SB.keyed(AccessorKind::GetAttr, Cell, "cell_contents")},
+           SB.object(Three.get(), ObjectKind::Constant, true));
+  BUILD(SB);
+  EXPECT_TRUE(both(*BS, Fn, eval("{'fn': nested}").get()));
+  EXPECT_FALSE(both(*BS, Fn, eval("{'fn': plain}").get())); // NULL closure
+  EXPECT_FALSE(both(*BS, Fn, eval("{'fn': 3}").get()));     // not a function
+  exec("nested.__closure__[0].cell_contents = 4");
+  EXPECT_FALSE(both(*BS, Fn, eval("{'fn': nested}").get()));
+  exec("nested.__closure__[0].cell_contents = 3");
+  EXPECT_TRUE(both(*BS, Fn, eval("{'fn': nested}").get()));
+
+  // __defaults__[0] == 7 and __kwdefaults__['c'] == 8, through a bound
+  // method too (unwrapped as ClosureGuardAccessor does).
+  SetBuilder SB2;
+  ValueId F2 = SB2.local("fn");
+  SB2.guard(GuardKind::EqualsMatch,
+            {SB2.indexed(AccessorKind::TupleGetItem,
+                         SB2.unary(AccessorKind::FuncDefaults, F2), 0)},
+            SB2.object(Seven.get(), ObjectKind::Constant, true));
+  ValueId Kw = SB2.unary(AccessorKind::FuncKwDefaults, F2);
+  ValueId KwC = SB2.S->addValue([&] {
+    Value V;
+    V.Kind = AccessorKind::DictGetItem;
+    V.Parent = Kw;
+    V.Key = SB2.object(C.get(), ObjectKind::Key, true);
+    V.Source = "kw['c']";
+    return V;
+  }());
+  SB2.guard(GuardKind::EqualsMatch, {KwC},
+            SB2.object(Eight.get(), ObjectKind::Constant, true));
+  auto [BS2, Fn2] = build(SB2);
+  ASSERT_TRUE(BS2 && Fn2);
+  EXPECT_TRUE(both(*BS2, Fn2, eval("{'fn': nested}").get()));
+  EXPECT_TRUE(both(*BS2, Fn2, eval("{'fn': m.meth}").get()));
+  EXPECT_TRUE(both(*BS2, Fn2, eval("{'fn': M.meth}").get()));
+  EXPECT_FALSE(both(*BS2, Fn2, eval("{'fn': plain}").get())); // no defaults
+  EXPECT_FALSE(both(*BS2, Fn2, eval("{'fn': len}").get()));   // builtin
+  exec("nested.__kwdefaults__ = {'c': 9}");
+  EXPECT_FALSE(both(*BS2, Fn2, eval("{'fn': nested}").get()));
+  exec("nested.__kwdefaults__ = None");
+  EXPECT_FALSE(both(*BS2, Fn2, eval("{'fn': nested}").get()));
+  exec("nested.__kwdefaults__ = {'c': 8}; nested.__defaults__ = (6,)");
+  EXPECT_FALSE(both(*BS2, Fn2, eval("{'fn': nested}").get()));
+  exec("nested.__defaults__ = (7,)");
+  EXPECT_TRUE(both(*BS2, Fn2, eval("{'fn': nested}").get()));
+}
+
+TEST_P(EngineTest, TypeDictAndMroAccessors) {
+  exec("class TD:\n"
+       "    flag = True\n"
+       "class TD2(TD):\n"
+       "    pass\n");
+  Ref TdType = eval("TD"), Flag = eval("'flag'");
+  SetBuilder SB;
+  ValueId T = SB.unary(AccessorKind::Type, SB.local("o"));
+  ValueId Dict = SB.unary(AccessorKind::TypeDict, T);
+  SB.guard(GuardKind::DictContains, {Dict},
+           SB.object(Flag.get(), ObjectKind::Key, true), 1);
+  ValueId Mro = SB.unary(AccessorKind::TypeMro, T);
+  SB.guard(GuardKind::LengthCheck, {Mro}, InvalidId, 2);
+  SB.guard(GuardKind::IdMatch, {SB.indexed(AccessorKind::TupleGetItem, Mro, 0)},
+           SB.object(TdType.get()));
+  BUILD(SB);
+  EXPECT_TRUE(both(*BS, Fn, eval("{'o': TD()}").get()));
+  EXPECT_FALSE(both(*BS, Fn, eval("{'o': TD2()}").get())); // own dict, 3-MRO
+  EXPECT_FALSE(both(*BS, Fn, eval("{'o': 1}").get()));
+  exec("del TD.flag");
+  EXPECT_FALSE(both(*BS, Fn, eval("{'o': TD()}").get()));
+  exec("TD.flag = False");
+  EXPECT_TRUE(both(*BS, Fn, eval("{'o': TD()}").get()));
+
+  // A non-type parent is a failed read, not a wild load.
+  SetBuilder SB2;
+  SB2.guard(GuardKind::NotNone, {SB2.unary(AccessorKind::TypeDict,
+                                           SB2.local("o"))});
+  SB2.guard(GuardKind::NotNone, {SB2.unary(AccessorKind::TypeMro,
+                                           SB2.local("o"))});
+  auto [BS2, Fn2] = build(SB2);
+  ASSERT_TRUE(BS2 && Fn2);
+  EXPECT_TRUE(both(*BS2, Fn2, eval("{'o': TD}").get()));
+  EXPECT_FALSE(both(*BS2, Fn2, eval("{'o': TD()}").get()));
+  EXPECT_FALSE(both(*BS2, Fn2, eval("{'o': 'TD'}").get()));
+}
+
+TEST_P(EngineTest, CallAccessorsOwnTheirResults) {
+  exec("import weakref\n"
+       "class Box:\n"
+       "    def __init__(self, v): self.v = v\n"
+       "made = []\n"
+       "def make():\n"
+       "    o = Box(5); made.append(weakref.ref(o)); return o\n"
+       "def get_v(o):\n"
+       "    b = Box(o.v); made.append(weakref.ref(b)); return b\n"
+       "def boom():\n"
+       "    raise RuntimeError('no')\n"
+       "target = Box(5)\n"
+       "wr = weakref.ref(target)\n");
+  Ref GetV = eval("get_v"), Five = eval("5");
+  SetBuilder SB;
+  // lambda: get_v(L['o']).v == 5, and call_function_no_args: L['mk']().v == 5
+  ValueId Lam = SB.S->addValue([&] {
+    Value V;
+    V.Kind = AccessorKind::Lambda;
+    V.Parent = SB.local("o");
+    V.Key = SB.object(GetV.get(), ObjectKind::Callable, true);
+    V.Source = "get_v(L['o'])";
+    return V;
+  }());
+  SB.guard(GuardKind::EqualsMatch, {SB.keyed(AccessorKind::GetAttr, Lam, "v")},
+           SB.object(Five.get(), ObjectKind::Constant, true));
+  ValueId Call = SB.unary(AccessorKind::CallFunctionNoArgs, SB.local("mk"));
+  SB.guard(GuardKind::EqualsMatch, {SB.keyed(AccessorKind::GetAttr, Call, "v")},
+           SB.object(Five.get(), ObjectKind::Constant, true));
+  BUILD(SB);
+  for (int I = 0; I < 5; ++I)
+    EXPECT_TRUE(both(*BS, Fn, eval("{'o': target, 'mk': make}").get()));
+  EXPECT_FALSE(both(*BS, Fn, eval("{'o': Box(6), 'mk': make}").get()));
+  EXPECT_FALSE(both(*BS, Fn, eval("{'o': 1, 'mk': make}").get()));   // raises
+  EXPECT_FALSE(both(*BS, Fn, eval("{'o': target, 'mk': boom}").get()));
+  EXPECT_FALSE(both(*BS, Fn, eval("{'o': target, 'mk': 3}").get())); // !call
+  // Every object the accessors made is gone: no reference leaked.
+  Ref Dead = eval("len(made) > 10 and all(w() is None for w in made)");
+  EXPECT_EQ(Dead.get(), Py_True);
+
+  // weakref_call and global_weakref: the referent, None once it died.
+  SetBuilder SB2;
+  Ref TargetObj = eval("target");
+  ValueId Deref = SB2.unary(AccessorKind::WeakRefCall, SB2.local("w"));
+  SB2.guard(GuardKind::IdMatch, {Deref}, SB2.object(TargetObj.get()));
+  ValueId G = SB2.globals(prelude());
+  SB2.guard(GuardKind::IdMatch,
+            {SB2.keyed(AccessorKind::GlobalWeakRef, G, "gwr")},
+            SB2.object(TargetObj.get()));
+  auto [BS2, Fn2] = build(SB2);
+  ASSERT_TRUE(BS2 && Fn2);
+  exec("gwr = wr");
+  Py_ssize_t Before = Py_REFCNT(TargetObj.get());
+  EXPECT_TRUE(both(*BS2, Fn2, eval("{'w': wr}").get()));
+  EXPECT_EQ(Py_REFCNT(TargetObj.get()), Before);
+  EXPECT_FALSE(both(*BS2, Fn2, eval("{'w': target}").get())); // not a weakref
+  exec("gwr = target");
+  EXPECT_FALSE(both(*BS2, Fn2, eval("{'w': wr}").get()));
+  exec("del gwr");
+  EXPECT_FALSE(both(*BS2, Fn2, eval("{'w': wr}").get()));
+
+  SetBuilder SB3;
+  SB3.guard(GuardKind::NoneMatch,
+            {SB3.unary(AccessorKind::WeakRefCall, SB3.local("w"))});
+  SB3.guard(GuardKind::NoneMatch,
+            {SB3.keyed(AccessorKind::GlobalWeakRef, SB3.globals(prelude()),
+                       "gwr")});
+  auto [BS3, Fn3] = build(SB3);
+  ASSERT_TRUE(BS3 && Fn3);
+  exec("gwr = wr");
+  EXPECT_FALSE(both(*BS3, Fn3, eval("{'w': wr}").get()));
+  exec("tmp = Box(1); dead = weakref.ref(tmp); gwr = dead; del tmp");
+  EXPECT_TRUE(both(*BS3, Fn3, eval("{'w': dead}").get()));
+}
+
+TEST_P(EngineTest, NanAndDictVersionGuards) {
+  SetBuilder SB;
+  SB.guard(GuardKind::FloatIsNan, {SB.local("f")});
+  SB.guard(GuardKind::ComplexIsNan, {SB.local("c")});
+  BUILD(SB);
+  EXPECT_TRUE(both(*BS, Fn, eval("{'f': float('nan'), 'c': complex(1, "
+                                 "float('nan'))}").get()));
+  EXPECT_TRUE(both(*BS, Fn, eval("{'f': -float('nan'), 'c': complex("
+                                 "float('nan'), 0)}").get()));
+  EXPECT_FALSE(both(*BS, Fn, eval("{'f': 1.0, 'c': complex(float('nan'), 0)}")
+                                 .get()));
+  EXPECT_FALSE(both(*BS, Fn, eval("{'f': float('nan'), 'c': 1j}").get()));
+  exec("class FSub(float): pass\nclass CSub(complex): pass");
+  // Exact types only.
+  EXPECT_FALSE(both(*BS, Fn, eval("{'f': FSub('nan'), 'c': complex(0, "
+                                  "float('nan'))}").get()));
+  EXPECT_FALSE(both(*BS, Fn, eval("{'f': float('nan'), 'c': CSub(0, "
+                                  "float('nan'))}").get()));
+  EXPECT_FALSE(both(*BS, Fn, eval("{'f': None, 'c': None}").get()));
+
+  exec("vd = {'a': 1}\nclass DSub(dict): pass\nvs = DSub(a=1)");
+  Ref Vd = eval("vd"), Vs = eval("vs");
+  auto Tag = [](PyObject *D) {
+    return static_cast<int64_t>(
+        reinterpret_cast<PyDictObject *>(D)->ma_version_tag);
+  };
+  SetBuilder SB2;
+  SB2.guard(GuardKind::DictVersion, {SB2.local("d")}, InvalidId,
+            Tag(Vd.get()));
+  SB2.guard(GuardKind::DictVersion, {SB2.local("s")}, InvalidId,
+            Tag(Vs.get()));
+  auto [BS2, Fn2] = build(SB2);
+  ASSERT_TRUE(BS2 && Fn2);
+  EXPECT_TRUE(both(*BS2, Fn2, eval("{'d': vd, 's': vs}").get()));
+  exec("vd['a'] = 1"); // same value: CPython keeps the tag
+  EXPECT_TRUE(both(*BS2, Fn2, eval("{'d': vd, 's': vs}").get()));
+  EXPECT_FALSE(both(*BS2, Fn2, eval("{'d': {'a': 1}, 's': vs}").get()));
+  EXPECT_FALSE(both(*BS2, Fn2, eval("{'d': vd, 's': 1}").get()));
+  exec("vs['b'] = 2");
+  EXPECT_FALSE(both(*BS2, Fn2, eval("{'d': vd, 's': vs}").get()));
+  exec("del vs['b']");
+  EXPECT_FALSE(both(*BS2, Fn2, eval("{'d': vd, 's': vs}").get())); // new tag
+}
+
 INSTANTIATE_TEST_SUITE_P(AllLevels, EngineTest,
                          ::testing::Values(OptLevel::O0, OptLevel::Light,
                                            OptLevel::O2),
