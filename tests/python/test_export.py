@@ -17,7 +17,8 @@ GUARD_IR_OPT = os.path.join(sysconfig.get_path("scripts"), "guard-ir-opt")
 def test_export_writes_one_gir_per_unit(tmp_path):
     paths = export.export("guardjit.models:two_input_mlp", str(tmp_path))
     assert len(paths) == 1
-    text = open(paths[0]).read()
+    with open(paths[0]) as f:
+        text = f.read()
     assert text.startswith("guard_set ")
     assert "guard tensor_match" in text and "guard no_tensor_aliasing" in text
 
@@ -27,7 +28,8 @@ def test_exported_ir_round_trips_through_guard_ir_opt(tmp_path):
         (path,) = export.export(f"guardjit.models:{factory}", str(tmp_path / factory))
         out = subprocess.run([GUARD_IR_OPT, path], capture_output=True, text=True)
         assert out.returncode == 0, out.stderr
-        assert out.stdout == open(path).read()
+        with open(path) as f:
+            assert out.stdout == f.read()
 
 
 def test_bad_factory_is_a_clear_error(tmp_path):
