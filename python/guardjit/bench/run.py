@@ -72,9 +72,9 @@ class Settings:
     target_ms: float = 2.0  # one batch of calls per round takes about this
     cold_rounds: int = 7
     cold_calls: int = 20  # timed calls per cold round, each after a flush
-    profile_rounds: int = 5  # profiler rounds per side
-    profile_calls: int = 100  # calls per profiler round
-    call_rounds: int = 15  # end-to-end rounds
+    profile_rounds: int = 3  # profiler rounds per side
+    profile_calls: int = 30  # calls per profiler round
+    call_rounds: int = 9  # end-to-end rounds
     option_rounds: int = 11
     e2e_backend: str = "eager"
     opt_level: str = "light"
