@@ -161,6 +161,10 @@ def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
     tree = recorder.count_tree_guards(root)
     total = _tree_leaf_count(tree)
     _counters["units_seen"] += 1
+    if rec is None and total == 0:
+        # Nothing was built (e.g. guard_filter_fn=skip_all_guards_unsafe): the
+        # empty set, which always passes, is exactly Dynamo's empty tree.
+        rec = recorder.Recording(root=root, ir=_core.GuardSet("unit"))
     if rec is None:
         return _fallback(compile_id, total, "guard tree was not recorded", code)
     if rec.unsupported:

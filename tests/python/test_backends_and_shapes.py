@@ -63,3 +63,17 @@ def test_graph_break_gives_several_native_units():
         assert _agree(u, u.f_locals)
     compiled(x, 3.0)  # a new float value: both frames recompile with the same answers
     assert len(plugin.units()) > len(units)
+
+
+def test_guard_filter_dropping_every_guard_gives_an_empty_native_set():
+    case = models.two_input_mlp()
+    compiled = guardjit.compile(
+        case.model, backend="eager",
+        options={"guard_filter_fn": torch.compiler.skip_all_guards_unsafe})
+    x, y = case.make_input()
+    compiled(x, y)
+    (unit,) = plugin.units()
+    assert unit.status == "native", unit.reason
+    assert unit.guards == 0
+    # Like Dynamo's empty tree, it accepts anything.
+    assert _agree(unit, demo._frame_locals_for(unit, (x.double(), y)))
