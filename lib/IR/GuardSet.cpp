@@ -74,6 +74,36 @@ std::optional<ObjectKind> parseObjectKind(std::string_view S) {
   return std::nullopt;
 }
 
+int guardArity(GuardKind K) {
+  switch (K) {
+  case GuardKind::GlobalState:
+  case GuardKind::DefaultDevice:
+  case GuardKind::TorchFunctionModeStack:
+  case GuardKind::EpilogueLambda:
+    return 0;
+  case GuardKind::NoTensorAliasing:
+    return -1;
+  default:
+    return 1;
+  }
+}
+
+bool accessorReadsKey(AccessorKind K) {
+  switch (K) {
+  case AccessorKind::FrameLocal:
+  case AccessorKind::Globals:
+  case AccessorKind::DictGetItem:
+  case AccessorKind::GetAttr:
+  case AccessorKind::GenericGetAttr:
+  case AccessorKind::GetItem:
+  case AccessorKind::Lambda:
+  case AccessorKind::GlobalWeakRef:
+    return true;
+  default:
+    return false;
+  }
+}
+
 GuardSet::GuardSet(std::string Name) : Name(std::move(Name)) {
   Value Root;
   Root.Kind = AccessorKind::Root;

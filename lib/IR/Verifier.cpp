@@ -34,17 +34,8 @@ struct ObjectRule {
 enum class Arity { Zero, One, AtLeastOne };
 
 Arity arity(GuardKind K) {
-  switch (K) {
-  case GuardKind::GlobalState:
-  case GuardKind::DefaultDevice:
-  case GuardKind::TorchFunctionModeStack:
-  case GuardKind::EpilogueLambda:
-    return Arity::Zero;
-  case GuardKind::NoTensorAliasing:
-    return Arity::AtLeastOne;
-  default:
-    return Arity::One;
-  }
+  int N = guardArity(K);
+  return N == 0 ? Arity::Zero : N == 1 ? Arity::One : Arity::AtLeastOne;
 }
 
 /// What `object=` of a guard must be (recorder.py creates these kinds).

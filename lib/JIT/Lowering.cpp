@@ -52,18 +52,8 @@ static_assert(sizeof(DictReadCache) == 24 &&
 
 namespace {
 
-/// Guards that read ambient state and take no operand.
-bool isRootGuard(GuardKind K) {
-  switch (K) {
-  case GuardKind::GlobalState:
-  case GuardKind::DefaultDevice:
-  case GuardKind::TorchFunctionModeStack:
-  case GuardKind::EpilogueLambda:
-    return true;
-  default:
-    return false;
-  }
-}
+/// Guards that read ambient state (or the frame locals) and take no operand.
+bool isRootGuard(GuardKind K) { return guardArity(K) == 0; }
 
 /// Whether the guard's `Object` field names an object table entry it reads.
 bool needsObject(GuardKind K) {
@@ -82,22 +72,6 @@ bool needsObject(GuardKind K) {
   }
 }
 
-/// Whether the accessor reads its `Key` object.
-bool needsKey(AccessorKind K) {
-  switch (K) {
-  case AccessorKind::FrameLocal:
-  case AccessorKind::Globals:
-  case AccessorKind::DictGetItem:
-  case AccessorKind::GetAttr:
-  case AccessorKind::GenericGetAttr:
-  case AccessorKind::GetItem:
-  case AccessorKind::Lambda:
-  case AccessorKind::GlobalWeakRef:
-    return true;
-  default:
-    return false;
-  }
-}
 
 class Lowerer {
 public:
@@ -222,16 +196,16 @@ Error Lowerer::validate() const {
       return createStringError(
           "guard set '%s': value %u (%s) must have an earlier parent",
           S.name().c_str(), I, V.Source.c_str());
-    if (needsKey(V.Kind) && V.Key >= NumObjects)
+    if (accessorReadsKey(V.Kind) && V.Key >= NumObjects)
       return createStringError("guard set '%s': value %u (%s) has no key",
                                S.name().c_str(), I, V.Source.c_str());
   }
   for (size_t I = 0; I < S.guards().size(); ++I) {
     const Guard &G = S.guards()[I];
-    if (!isRootGuard(G.Kind) && G.Operands.empty())
+    int Arity = guardArity(G.Kind);
+    if (Arity != 0 && G.Operands.empty())
       return createStringError("%s needs an operand", describe(I).c_str());
-    if (G.Kind != GuardKind::NoTensorAliasing && !isRootGuard(G.Kind) &&
-        G.Operands.size() != 1)
+    if (Arity == 1 && G.Operands.size() != 1)
       return createStringError("%s needs exactly one operand",
                                describe(I).c_str());
     for (ValueId Op : G.Operands)

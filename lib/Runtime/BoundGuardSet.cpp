@@ -19,20 +19,6 @@ using namespace guardjit;
 
 namespace {
 
-/// Operand count a guard kind takes; -1 = any number (NO_TENSOR_ALIASING).
-int expectedOperands(GuardKind K) {
-  switch (K) {
-  case GuardKind::GlobalState:
-  case GuardKind::DefaultDevice:
-  case GuardKind::TorchFunctionModeStack:
-  case GuardKind::EpilogueLambda:
-    return 0;
-  case GuardKind::NoTensorAliasing:
-    return -1;
-  default:
-    return 1;
-  }
-}
 
 bool needsObject(GuardKind K) {
   switch (K) {
@@ -57,21 +43,6 @@ bool isTorchGuard(GuardKind K) {
          K == GuardKind::TorchFunctionModeStack;
 }
 
-bool needsKey(AccessorKind K) {
-  switch (K) {
-  case AccessorKind::FrameLocal:
-  case AccessorKind::Globals:
-  case AccessorKind::DictGetItem:
-  case AccessorKind::GetAttr:
-  case AccessorKind::GenericGetAttr:
-  case AccessorKind::GetItem:
-  case AccessorKind::Lambda:
-  case AccessorKind::GlobalWeakRef:
-    return true;
-  default:
-    return false;
-  }
-}
 
 /// "guard #3 (TENSOR_MATCH on L['x'])", for error messages.
 std::string describeGuard(const GuardSet &S, size_t Index) {
@@ -168,7 +139,7 @@ BoundGuardSet::bind(std::shared_ptr<const GuardSet> SetPtr,
       return Fail(describeValue(S, V) + ": only value #0 may be the root");
     if (Val.Parent >= V)
       return Fail(describeValue(S, V) + ": parent must precede the value");
-    if (!needsKey(Val.Kind))
+    if (!accessorReadsKey(Val.Kind))
       continue;
     if (!objectOk(Val.Key))
       return Fail(describeValue(S, V) + ": missing key object");
@@ -187,7 +158,7 @@ BoundGuardSet::bind(std::shared_ptr<const GuardSet> SetPtr,
   const std::vector<Guard> &Guards = S.guards();
   for (size_t I = 0; I < Guards.size(); ++I) {
     const Guard &G = Guards[I];
-    int NumOps = expectedOperands(G.Kind);
+    int NumOps = guardArity(G.Kind);
     if (NumOps >= 0 && G.Operands.size() != static_cast<size_t>(NumOps))
       return Fail(describeGuard(S, I) + ": expected " + std::to_string(NumOps) +
                   " operand(s), got " + std::to_string(G.Operands.size()));

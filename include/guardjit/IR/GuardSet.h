@@ -40,6 +40,14 @@ std::string_view spelling(GuardKind K);
 /// Dynamo's name for the kind, e.g. "TENSOR_MATCH".
 std::string_view torchName(GuardKind K);
 std::optional<AccessorKind> parseAccessorKind(std::string_view S);
+
+/// Operands a guard of kind `K` reads: 0 for root guards over ambient state
+/// and epilogue lambdas (they receive the frame locals), -1 for "one or more"
+/// (NO_TENSOR_ALIASING), 1 otherwise. The one definition the verifier, the
+/// binder and the lowering share.
+int guardArity(GuardKind K);
+/// Whether an accessor of kind `K` reads its `Key` object.
+bool accessorReadsKey(AccessorKind K);
 std::optional<GuardKind> parseGuardKind(std::string_view S);
 
 using ValueId = uint32_t;
