@@ -96,7 +96,19 @@ def _guardjit_module_class(base: type) -> type:
 
 
 def stats() -> dict[str, Any]:
-    """Process-wide conversion statistics (see guardjit.plugin.stats)."""
+    """Process-wide statistics over every compile unit guardjit has seen.
+
+    Keys: ``units_seen``; ``units_native`` (checked by LLVM-compiled code),
+    ``units_interpreter`` (checked by the interpreter, GUARDJIT_MODE=interpreter)
+    and ``units_dynamo`` (left on Dynamo's own tree); ``guards_total`` (Dynamo's
+    leaf guards in those units), ``guards_native`` (checked without calling
+    Python) and ``guards_python`` (Dynamo's Python lambda guards, called as
+    Python); ``native_fraction`` = guards_native / guards_total;
+    ``sets_native_fraction`` = converted units / units seen;
+    ``compile_ms_total`` (LLVM compile time, ms); ``fallback_reasons``
+    ({reason: count} for the units left on Dynamo's tree). Empty when guardjit
+    cannot run here.
+    """
     if _compat.problems():
         return {}
     from guardjit import plugin

@@ -144,6 +144,18 @@ def machine() -> dict[str, Any]:
             "platform": platform.platform(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
+LEGEND = """
+guards       Dynamo's leaf guards in the model's compile units (its tree, as TORCH_LOGS=guards prints it)
+native       share of them guardjit checks without calling Python (the rest are Dynamo's Python lambdas)
+sets         compile units running guardjit's check / all compile units
+dynamo µs    Dynamo's RootGuardManager.check per call; guardjit µs: guardjit's root on the same frame
+             locals (the guard check only, not the model); medians of interleaved rounds
+ratio        median of per-round dynamo/guardjit ratios (min-max over rounds: wide on a loaded machine)
+JIT ms       LLVM compile time of the native checks, paid once per compile unit
+mutations    mutated inputs replayed against every unit; 'rejected': how many Dynamo's own check rejects
+mismatches   answers of guardjit (native or interpreter) that differ from Dynamo's: must be 0"""
+
+
 def format_table(results: list[ModelResult]) -> str:
     head = ("model", "guards", "native", "sets", "dynamo µs", "guardjit µs", "ratio (min-max)",
             "JIT ms", "mutations", "mismatches")
@@ -185,6 +197,7 @@ def main(names: list[str], backend: str, json_path: str | None, rounds: int,
         print(f"[{name}] compiling and measuring ...", file=sys.stderr, flush=True)
         results.append(run_model(case, backend=backend, rounds=rounds, opt_level=opt_level))
     print(format_table(results))
+    print(LEGEND)
     for r in results:
         for reason in r.fallback_reasons:
             print(f"  {r.name}: a compile unit stayed on Dynamo's path: {reason}")
