@@ -72,7 +72,6 @@ bool needsObject(GuardKind K) {
   }
 }
 
-
 class Lowerer {
 public:
   /// `BS` null lowers `S` with symbolic addresses (lowerGuardSetSymbolic).

@@ -19,7 +19,6 @@ using namespace guardjit;
 
 namespace {
 
-
 bool needsObject(GuardKind K) {
   switch (K) {
   case GuardKind::TypeMatch:
@@ -42,7 +41,6 @@ bool isTorchGuard(GuardKind K) {
   return K == GuardKind::TensorMatch || K == GuardKind::GlobalState ||
          K == GuardKind::TorchFunctionModeStack;
 }
-
 
 /// "guard #3 (TENSOR_MATCH on L['x'])", for error messages.
 std::string describeGuard(const GuardSet &S, size_t Index) {
