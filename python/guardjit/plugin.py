@@ -149,17 +149,13 @@ def _fallback(name: str, guards: int, reason: str, code: Any = None) -> None:
         _units.append(Unit(name=name, status="dynamo", guards=guards, reason=reason, code=code))
 
 
-def _tree_leaf_count(counts: dict[str, int]) -> int:
-    return sum(counts.values())
-
-
 def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
     root = wrapper.root
     compile_id = str(CompileContext.current_compile_id())
     rec = recorder.take(root)
     recorder.reset()  # drop abandoned recordings (e.g. the filter's first build)
     tree = recorder.count_tree_guards(root)
-    total = _tree_leaf_count(tree)
+    total = sum(tree.values())
     _counters["units_seen"] += 1
     if rec is None and total == 0:
         # Nothing was built (e.g. guard_filter_fn=skip_all_guards_unsafe): the
