@@ -88,6 +88,24 @@ int guardArity(GuardKind K) {
   }
 }
 
+bool guardReadsObject(GuardKind K) {
+  switch (K) {
+  case GuardKind::TypeMatch:
+  case GuardKind::IdMatch:
+  case GuardKind::EqualsMatch:
+  case GuardKind::DictContains:
+  case GuardKind::NoHasAttr:
+  case GuardKind::Lambda:
+  case GuardKind::EpilogueLambda:
+  case GuardKind::DefaultDevice:
+  case GuardKind::DimensionMarking:
+  case GuardKind::TorchFunctionModeStack:
+    return true;
+  default:
+    return false;
+  }
+}
+
 bool accessorReadsKey(AccessorKind K) {
   switch (K) {
   case AccessorKind::FrameLocal:

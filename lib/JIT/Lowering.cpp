@@ -52,26 +52,6 @@ static_assert(sizeof(DictReadCache) == 24 &&
 
 namespace {
 
-/// Guards that read ambient state (or the frame locals) and take no operand.
-bool isRootGuard(GuardKind K) { return guardArity(K) == 0; }
-
-/// Whether the guard's `Object` field names an object table entry it reads.
-bool needsObject(GuardKind K) {
-  switch (K) {
-  case GuardKind::TypeMatch:
-  case GuardKind::IdMatch:
-  case GuardKind::EqualsMatch:
-  case GuardKind::DictContains:
-  case GuardKind::NoHasAttr:
-  case GuardKind::DefaultDevice:
-  case GuardKind::Lambda:
-  case GuardKind::EpilogueLambda:
-    return true;
-  default:
-    return false;
-  }
-}
-
 class Lowerer {
 public:
   /// `BS` null lowers `S` with symbolic addresses (lowerGuardSetSymbolic).
@@ -211,7 +191,7 @@ Error Lowerer::validate() const {
       if (Op >= Values.size())
         return createStringError("%s: operand %u is not a value",
                                  describe(I).c_str(), Op);
-    if (needsObject(G.Kind) && G.Object >= NumObjects)
+    if (guardReadsObject(G.Kind) && G.Object >= NumObjects)
       return createStringError("%s: object %u is not in the object table",
                                describe(I).c_str(), G.Object);
     if (G.Kind == GuardKind::DefaultDevice && G.Aux >= NumObjects)

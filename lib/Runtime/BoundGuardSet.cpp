@@ -19,24 +19,6 @@ using namespace guardjit;
 
 namespace {
 
-bool needsObject(GuardKind K) {
-  switch (K) {
-  case GuardKind::TypeMatch:
-  case GuardKind::IdMatch:
-  case GuardKind::EqualsMatch:
-  case GuardKind::DictContains:
-  case GuardKind::NoHasAttr:
-  case GuardKind::Lambda:
-  case GuardKind::EpilogueLambda:
-  case GuardKind::DefaultDevice:
-  case GuardKind::DimensionMarking:
-  case GuardKind::TorchFunctionModeStack:
-    return true;
-  default:
-    return false;
-  }
-}
-
 bool isTorchGuard(GuardKind K) {
   return K == GuardKind::TensorMatch || K == GuardKind::GlobalState ||
          K == GuardKind::TorchFunctionModeStack;
@@ -164,7 +146,7 @@ BoundGuardSet::bind(std::shared_ptr<const GuardSet> SetPtr,
       if (Op >= S.values().size())
         return Fail(describeGuard(S, I) + ": operand #" + std::to_string(Op) +
                     " is not a value");
-    if (needsObject(G.Kind) && !objectOk(G.Object))
+    if (guardReadsObject(G.Kind) && !objectOk(G.Object))
       return Fail(describeGuard(S, I) + ": missing object");
     switch (G.Kind) {
     case GuardKind::TypeMatch:

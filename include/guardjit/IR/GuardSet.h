@@ -46,6 +46,9 @@ std::optional<AccessorKind> parseAccessorKind(std::string_view S);
 /// (NO_TENSOR_ALIASING), 1 otherwise. The one definition the verifier, the
 /// binder and the lowering share.
 int guardArity(GuardKind K);
+/// Whether a guard of kind `K` needs its `Object` table entry (checked when
+/// verifying, binding and lowering).
+bool guardReadsObject(GuardKind K);
 /// Whether an accessor of kind `K` reads its `Key` object.
 bool accessorReadsKey(AccessorKind K);
 std::optional<GuardKind> parseGuardKind(std::string_view S);
