@@ -334,7 +334,9 @@ void Importer::addOpaque(const TreeNode &N, ValueId V, bool Epilogue,
   G.Attrs.Source = sourceOf(V).str();
   auto [C, Comment] = pytext::splitComment(N.Body);
   G.Attrs.Loc = pytext::userLoc(Comment);
-  G.Attrs.VerboseCode = N.Kind == TreeNode::Leaf ? N.Body.str() : N.Text.str();
+  G.Attrs.VerboseCode = N.Kind == TreeNode::Leaf
+                            ? N.Body.str()
+                            : (N.Class + ": " + Code).str();
   addGuard(std::move(G), N.Loc);
 }
 
