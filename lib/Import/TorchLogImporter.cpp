@@ -280,6 +280,10 @@ bool Importer::mapAccessor(const TreeNode &N, Value &V) {
     // The name as str(): GetAttrGuardAccessor(weight).
     if (Args.contains('\'') || Args.contains('\\'))
       return false;
+    // guards.cpp installs GlobalWeakRefGuardAccessor on the globals only.
+    if (Class == "GlobalWeakRefGuardAccessor" &&
+        P.Set.value(V.Parent).Kind != AccessorKind::Globals)
+      return false;
     V.Kind = Class == "GetAttrGuardAccessor"          ? AccessorKind::GetAttr
              : Class == "GenericGetAttrGuardAccessor" ? AccessorKind::GenericGetAttr
                                                       : AccessorKind::GlobalWeakRef;
@@ -694,7 +698,8 @@ bool Importer::addDimensionPart(size_t I, StringRef Code, const Guard &Base) {
       return false;
     StringRef Cond = Tail.take_front(If);
     Attr = A->str();
-    if (Args[2] == "set()" && Cond.consume_front(".issubset(")) {
+    if (Args[2] == "set()" && Cond.consume_front(".issubset(") &&
+        Cond.consume_back(")")) {
       Item = strRepr(*A) + ": " + Cond.str();
       Which = Expected;
     } else if (Args[2] == "None" && Cond.consume_front(" == ")) {
