@@ -90,7 +90,11 @@ private:
   void warn(SMLoc Loc, const Twine &Msg) {
     SM.PrintMessage(Loc, llvm::SourceMgr::DK_Warning, Msg);
   }
-  ObjectId object(ObjectKind K, bool Strong, StringRef Repr, SMLoc Loc);
+  /// The object table entry for `Repr`, shared by every use of the same
+  /// text; `Identity` (an id printed in the log) tells apart objects with
+  /// equal reprs, such as two classes of one name.
+  ObjectId object(ObjectKind K, bool Strong, StringRef Repr, SMLoc Loc,
+                  StringRef Identity = "");
   ValueId addValue(Value V, SMLoc Loc);
   void addGuard(Guard G, SMLoc Loc);
 
@@ -122,6 +126,7 @@ private:
   ParsedGuardSet P;
   std::vector<ValueId> NodeValue;
   llvm::StringMap<ObjectId> Objects;  ///< kind/strong/repr -> id
+  llvm::StringMap<ObjectId> TypeByRepr; ///< first type object of each repr
   llvm::StringMap<ValueId> BySource;  ///< first value read for each source
   llvm::StringSet<> RelationalSeen;   ///< relational guards printed so far
   std::optional<DimensionGroup> Dim;
@@ -133,9 +138,11 @@ private:
   std::vector<Aliasing> Aliasings;
 };
 
-ObjectId Importer::object(ObjectKind K, bool Strong, StringRef Repr,
-                          SMLoc Loc) {
-  std::string Key = (Twine(static_cast<int>(K)) + (Strong ? "s" : "w") + Repr).str();
+ObjectId Importer::object(ObjectKind K, bool Strong, StringRef Repr, SMLoc Loc,
+                          StringRef Identity) {
+  std::string Key = (Twine(static_cast<int>(K)) + (Strong ? "s" : "w") +
+                     Identity + "#" + Repr)
+                        .str();
   auto It = Objects.find(Key);
   if (It != Objects.end())
     return It->second;
@@ -148,6 +155,8 @@ ObjectId Importer::object(ObjectKind K, bool Strong, StringRef Repr,
   L.Start = Loc;
   P.Locs.Objects.push_back(L);
   Objects[Key] = Id;
+  if (K == ObjectKind::Type)
+    TypeByRepr.try_emplace(Repr, Id);
   return Id;
 }
 
@@ -423,7 +432,7 @@ std::optional<std::string> Importer::readGuard(const TreeNode &N, StringRef Code
     if (IsType) {
       // The type object is described by its repr, as in any parsed set.
       G.Kind = GuardKind::TypeMatch;
-      G.Object = object(ObjectKind::Type, false, TypeRepr, Loc);
+      G.Object = object(ObjectKind::Type, false, TypeRepr, Loc, Args[1]);
       return std::nullopt;
     }
     warn(Loc, "ID_MATCH object is known only by its id in the logging "
@@ -433,7 +442,7 @@ std::optional<std::string> Importer::readGuard(const TreeNode &N, StringRef Code
                       ("<object of " + TypeRepr + " with id " + Args[1] +
                        " in the logging process>")
                           .str(),
-                      Loc);
+                      Loc, Args[1]);
     return std::nullopt;
   }
   if (Name == "EQUALS_MATCH") {
@@ -598,7 +607,12 @@ std::optional<std::string> Importer::readTensorMatch(const TreeNode &N,
   } else {
     return Fail("unexpected tensor type '" + PyType + "'");
   }
-  S.PyType = object(ObjectKind::Type, false, TypeRepr, N.BodyLoc);
+  // The log names the type without its id: the type a TYPE_MATCH printed
+  // with the same qualified name, if any.
+  auto Known = TypeByRepr.find(TypeRepr);
+  S.PyType = Known != TypeByRepr.end()
+                 ? Known->second
+                 : object(ObjectKind::Type, false, TypeRepr, N.BodyLoc);
   G.Attrs.IsParameter = PyType == "Parameter";
   // The dispatch keys TensorCheck stored: LocalState.apply(keys) at compile
   // time, which is what the log prints.
@@ -721,6 +735,9 @@ bool Importer::addDimensionPart(size_t I, StringRef Code, const Guard &Base) {
     Dim->Guard = P.Set.guards().size();
     Dim->Parent = N.Parent;
     addGuard(std::move(G), N.Loc);
+  } else {
+    // Keep every part's text, one per line.
+    P.Set.guards()[Dim->Guard].Attrs.VerboseCode += "\n" + N.Body.str();
   }
   Dim->LastNode = I;
   Dim->Attrs.insert(Attr);
