@@ -63,6 +63,13 @@ std::optional<AccessorKind> plainAccessor(StringRef Class) {
 /// Python's repr of a str that needs no escapes.
 std::string strRepr(StringRef S) { return ("'" + S + "'").str(); }
 
+/// `Text` for a message: quoted, cut to 80 bytes (the IR keeps all of it).
+std::string quoted(StringRef Text) {
+  if (Text.size() <= 80)
+    return ("'" + Text + "'").str();
+  return ("'" + Text.take_front(77) + "...'").str();
+}
+
 /// `N` out of `[prefix]N`, as a signed 64-bit integer.
 std::optional<int64_t> integer(StringRef S) {
   int64_t V;
@@ -216,8 +223,8 @@ void Importer::importManager(size_t I) {
   } else {
     V.Parent = NodeValue[N.Parent];
     if (!mapAccessor(N, V)) {
-      warn(N.AccessorLoc, "accessor '" + N.Accessor +
-                              "' has no Guard IR kind; kept as an opaque "
+      warn(N.AccessorLoc, "accessor " + quoted(N.Accessor) +
+                              " has no Guard IR kind; kept as an opaque "
                               "'lambda' accessor described by its text");
       V.Kind = AccessorKind::Lambda;
       V.Name.clear();
@@ -331,8 +338,8 @@ void Importer::addDictManagerChecks(const TreeNode &N, ValueId V) {
   }
   addOpaque(N, V, false,
             (N.Class + " type and size checks of " + N.Source).str(),
-            "cannot read the checks of " + N.Class + " with type '" + N.Type +
-                "'");
+            "cannot read the checks of " + quoted(N.Class) + " with type " +
+                quoted(N.Type));
 }
 
 void Importer::addOpaque(const TreeNode &N, ValueId V, bool Epilogue,
@@ -360,7 +367,7 @@ void Importer::importLeaf(size_t I) {
   if (N.Body.empty()) {
     // A relational guard printed again under another of its managers.
     if (!RelationalSeen.contains(N.GuardName))
-      warn(N.Loc, "'" + N.GuardName + "' repeats a relational guard that was "
+      warn(N.Loc, quoted(N.GuardName) + " repeats a relational guard that was "
                                       "not printed before; ignored");
     return;
   }
@@ -386,8 +393,8 @@ void Importer::importLeaf(size_t I) {
     // Epilogue guards (the Python shape guard, the aliasing lambda) receive
     // the frame locals; torch installs only lambdas there.
     if (N.GuardName != "LAMBDA_GUARD")
-      return addOpaque(N, V, true, Code, "epilogue guard '" + N.GuardName +
-                                             "' has no Guard IR kind");
+      return addOpaque(N, V, true, Code, "epilogue guard " + quoted(N.GuardName) +
+                                             " has no Guard IR kind");
     warn(N.Loc, "the callable of this epilogue LAMBDA_GUARD is not in the "
                 "log; imported as an unbound callable described by its code");
     G.Kind = GuardKind::EpilogueLambda;
@@ -423,12 +430,12 @@ std::optional<std::string> Importer::readGuard(const TreeNode &N, StringRef Code
     auto Call = pytext::callArgs(Code, IsType ? "___check_type_id"
                                               : "___check_obj_id");
     if (!Call)
-      return "cannot read " + Name.str() + " '" + Code.str() + "'";
+      return "cannot read " + Name.str() + " " + quoted(Code);
     auto Args = pytext::splitArgs(Call->first);
     StringRef TypeRepr = Call->second;
     if (Args.size() != 2 || !integer(Args[1]) ||
         !TypeRepr.consume_front(", type="))
-      return "cannot read " + Name.str() + " '" + Code.str() + "'";
+      return "cannot read " + Name.str() + " " + quoted(Code);
     if (IsType) {
       // The type object is described by its repr, as in any parsed set.
       G.Kind = GuardKind::TypeMatch;
@@ -448,7 +455,7 @@ std::optional<std::string> Importer::readGuard(const TreeNode &N, StringRef Code
   if (Name == "EQUALS_MATCH") {
     std::optional<StringRef> Repr = AfterEquals(Code);
     if (!Repr || Repr->empty())
-      return "cannot read EQUALS_MATCH '" + Code.str() + "'";
+      return "cannot read EQUALS_MATCH " + quoted(Code);
     G.Kind = GuardKind::EqualsMatch;
     G.Object = object(ObjectKind::Constant, true, *Repr, Loc);
     return std::nullopt;
@@ -473,7 +480,7 @@ std::optional<std::string> Importer::readGuard(const TreeNode &N, StringRef Code
     if (Rest.consume_front("len(" + Src.str() + ") == "))
       Len = integer(Rest);
     if (!Len || *Len < 0)
-      return "cannot read " + Name.str() + " '" + Code.str() + "'";
+      return "cannot read " + Name.str() + " " + quoted(Code);
     G.Kind = Name == "LENGTH_CHECK" ? GuardKind::LengthCheck
                                     : GuardKind::DictLength;
     G.Int = *Len;
@@ -486,7 +493,7 @@ std::optional<std::string> Importer::readGuard(const TreeNode &N, StringRef Code
     auto Args = Call ? pytext::splitArgs(Call->first)
                      : llvm::SmallVector<StringRef, 8>();
     if (!Call || !Call->second.empty() || Args.size() != 2 || Args[0].empty())
-      return "cannot read DICT_CONTAINS '" + Code.str() + "'";
+      return "cannot read DICT_CONTAINS " + quoted(Code);
     G.Kind = GuardKind::DictContains;
     G.Int = Negated ? 0 : 1;
     G.Object = object(ObjectKind::Key, true, Args[0], Loc);
@@ -499,7 +506,7 @@ std::optional<std::string> Importer::readGuard(const TreeNode &N, StringRef Code
                      : llvm::SmallVector<StringRef, 8>();
     if (!Code.starts_with("not ") || !Call || !Call->second.empty() ||
         Args.size() != 2 || !pytext::plainStr(Args[1]))
-      return "cannot read NO_HASATTR '" + Code.str() + "'";
+      return "cannot read NO_HASATTR " + quoted(Code);
     G.Kind = GuardKind::NoHasAttr;
     G.Object = object(ObjectKind::Key, true, Args[1], Loc);
     return std::nullopt;
@@ -514,21 +521,21 @@ std::optional<std::string> Importer::readGuard(const TreeNode &N, StringRef Code
     StringRef Rest = Code;
     if (Name == "GLOBAL_STATE") {
       if (!Rest.consume_front("___check_global_state() against ") || Rest.empty())
-        return "cannot read GLOBAL_STATE '" + Code.str() + "'";
+        return "cannot read GLOBAL_STATE " + quoted(Code);
       G.Kind = GuardKind::GlobalState;
       G.Str = Rest.str();
       return std::nullopt;
     }
     if (Name == "DEFAULT_DEVICE") {
       if (!Rest.consume_front("utils_device.CURRENT_DEVICE == ") || Rest.empty())
-        return "cannot read DEFAULT_DEVICE '" + Code.str() + "'";
+        return "cannot read DEFAULT_DEVICE " + quoted(Code);
       G.Kind = GuardKind::DefaultDevice;
       G.Object = object(ObjectKind::Constant, true, Rest, Loc);
       G.Aux = object(ObjectKind::Dict, true, "torch.utils._device.__dict__", Loc);
       return std::nullopt;
     }
     if (Code != "___check_torch_function_mode_stack()")
-      return "cannot read TORCH_FUNCTION_MODE_STACK '" + Code.str() + "'";
+      return "cannot read TORCH_FUNCTION_MODE_STACK " + quoted(Code);
     warn(Loc, "the types of the torch function mode stack are not in the "
               "log; imported as an unbound constant");
     G.Kind = GuardKind::TorchFunctionModeStack;
@@ -542,7 +549,7 @@ std::optional<std::string> Importer::readGuard(const TreeNode &N, StringRef Code
     if (Rest.consume_front("___dict_version(" + Src.str() + ") == "))
       Tag = integer(Rest);
     if (!Tag)
-      return "cannot read DICT_VERSION '" + Code.str() + "'";
+      return "cannot read DICT_VERSION " + quoted(Code);
     warn(Loc, "DICT_VERSION's tag is the dict version of the logging "
               "process; it will not match in another one");
     G.Kind = GuardKind::DictVersion;
@@ -559,7 +566,7 @@ std::optional<std::string> Importer::readGuard(const TreeNode &N, StringRef Code
   if (Name == "NO_TENSOR_ALIASING") {
     auto Call = pytext::callArgs(Code, "check_no_aliasing");
     if (!Call || !Call->second.empty() || Call->first.empty())
-      return "cannot read NO_TENSOR_ALIASING '" + Code.str() + "'";
+      return "cannot read NO_TENSOR_ALIASING " + quoted(Code);
     RelationalSeen.insert(Name);
     G.Kind = GuardKind::NoTensorAliasing;
     G.Attrs.Source = Call->first.str();
@@ -572,8 +579,8 @@ std::optional<std::string> Importer::readGuard(const TreeNode &N, StringRef Code
   }
   bool Known = parseGuardKind(Name.lower()).has_value();
   if (Known)
-    return "cannot read " + Name.str() + " '" + Code.str() + "'";
-  return "guard kind '" + Name.str() + "' has no Guard IR kind";
+    return "cannot read " + Name.str() + " " + quoted(Code);
+  return "guard kind " + quoted(Name) + " has no Guard IR kind";
 }
 
 std::optional<std::string> Importer::readTensorMatch(const TreeNode &N,
@@ -600,12 +607,12 @@ std::optional<std::string> Importer::readTensorMatch(const TreeNode &N,
   else if (!PyType.empty() && llvm::all_of(PyType, [](char C) {
              return llvm::isAlnum(C) || C == '_';
            })) {
-    warn(N.BodyLoc, "tensor type '" + PyType +
-                        "' is known only by its name; imported as an unbound "
+    warn(N.BodyLoc, "tensor type " + quoted(PyType) +
+                        " is known only by its name; imported as an unbound "
                         "type object");
     TypeRepr = ("<class '" + PyType + "'>").str();
   } else {
-    return Fail("unexpected tensor type '" + PyType + "'");
+    return Fail("unexpected tensor type " + quoted(PyType));
   }
   // The log names the type without its id: the type a TYPE_MATCH printed
   // with the same qualified name, if any.
@@ -622,7 +629,7 @@ std::optional<std::string> Importer::readTensorMatch(const TreeNode &N,
   for (StringRef K : pytext::splitArgs(Keys->first)) {
     std::optional<uint64_t> Bits = dispatchKeyBits(K);
     if (!Bits)
-      return Fail("unknown dispatch key '" + K + "'");
+      return Fail("unknown dispatch key " + quoted(K));
     S.DispatchKeys |= *Bits;
   }
   StringRef DType = Args[3];
@@ -630,7 +637,7 @@ std::optional<std::string> Importer::readTensorMatch(const TreeNode &N,
   if (DType.consume_front("torch."))
     ST = scalarType(DType);
   if (!ST)
-    return Fail("unknown dtype '" + Args[3] + "'");
+    return Fail("unknown dtype " + quoted(Args[3]));
   S.DType = *ST;
   StringRef Device = Args[4], Grad = Args[5], Size = Args[6], Stride = Args[7];
   if (!Device.consume_front("device="))
@@ -638,7 +645,7 @@ std::optional<std::string> Importer::readTensorMatch(const TreeNode &N,
   int64_t Index = -1;
   if (Device != "None" && (Device.getAsInteger(10, Index) || Index < -1 ||
                            Index > INT8_MAX))
-    return Fail("unexpected device '" + Device + "'");
+    return Fail("unexpected device " + quoted(Device));
   S.DeviceIndex = static_cast<int8_t>(Index);
   if (Grad == "requires_grad=True")
     S.RequiresGrad = true;
@@ -767,8 +774,8 @@ void Importer::resolveAliasing() {
     for (StringRef Name : A.Names) {
       auto It = BySource.find(Name);
       if (It == BySource.end()) {
-        warn(A.Loc, "NO_TENSOR_ALIASING names '" + Name +
-                        "', which no guard manager of the tree reads; the "
+        warn(A.Loc, "NO_TENSOR_ALIASING names " + quoted(Name) +
+                        ", which no guard manager of the tree reads; the "
                         "name is dropped");
         continue;
       }
