@@ -238,10 +238,10 @@ bool Reader::addNode(GuardTree &T, StringRef C) {
     if (N.Kind == TreeNode::Manager && !KeyOrValue && N.Accessor.empty())
       return error(N.Loc, "expected 'accessed_by=' in a guard manager line");
   }
-  if (N.Kind == TreeNode::Root || Depth > 0 || N.Kind != TreeNode::Leaf) {
-    Open.resize(Depth);
+  Open.resize(Depth);
+  // Epilogue guards come last: nothing nests under the root after them.
+  if (!(Depth == 0 && N.Kind == TreeNode::Leaf))
     Open.push_back(static_cast<int>(T.Nodes.size()));
-  }
   T.Nodes.push_back(N);
   return true;
 }
