@@ -620,7 +620,6 @@ std::optional<std::string> Importer::readTensorMatch(const TreeNode &N,
   S.PyType = Known != TypeByRepr.end()
                  ? Known->second
                  : object(ObjectKind::Type, false, TypeRepr, N.BodyLoc);
-  G.Attrs.IsParameter = PyType == "Parameter";
   // The dispatch keys TensorCheck stored: LocalState.apply(keys) at compile
   // time, which is what the log prints.
   auto Keys = pytext::callArgs(Args[2], "DispatchKeySet");

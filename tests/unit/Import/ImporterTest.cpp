@@ -181,7 +181,6 @@ TEST(TorchLogImporter, TensorMatchFields) {
   EXPECT_TRUE(T.RequiresGrad);
   EXPECT_EQ(T.Sizes, (std::vector<std::optional<int64_t>>{std::nullopt, 3}));
   EXPECT_EQ(T.Strides, (std::vector<std::optional<int64_t>>{3, std::nullopt}));
-  EXPECT_TRUE(S.guards()[0].Attrs.IsParameter);
   // An unknown dispatch key makes the second one opaque rather than wrong.
   EXPECT_EQ(S.guards()[1].Kind, GuardKind::Lambda);
   ASSERT_EQ(R.Warnings.size(), 1u);
