@@ -25,12 +25,13 @@ import pytest
 import torch
 from torch import nn
 
+import guardjit
 from guardjit import export, models, plugin
 
 CORPUS_DIR = os.path.join(os.path.dirname(__file__), os.pardir, "corpus")
 NAMES = list(export.CORPUS)
-# Re-exported on every run (small, two guard kinds of shapes); all with
-# GUARDJIT_CHECK_CORPUS=1.
+# Re-exported on every run (small; static and dynamic shapes); every entry
+# with GUARDJIT_CHECK_CORPUS=1.
 QUICK_REGEN = ["mlp", "mlp-dynamic"]
 FULL_REGEN = os.environ.get("GUARDJIT_CHECK_CORPUS") == "1"
 
@@ -229,8 +230,6 @@ def _compile(name: str) -> tuple[export._Case, list[plugin.Unit]]:
     plugin.config.keep_units = True
     plugin.config.keep_frame_locals = True
     with torch._dynamo.config.patch(install_free_tensors=e.install_free_tensors):
-        import guardjit
-
         guardjit.compile(case.model, backend="eager", dynamic=e.dynamic)(
             *case.args, **case.kwargs)
     return case, plugin.units()
