@@ -28,7 +28,7 @@ import torch
 import torch._dynamo.guards as dynamo_guards
 from torch._C._dynamo import guards as C
 
-from guardjit import _core
+from guardjit import _core, stable_text
 
 _GM = C.GuardManager
 _DGM = C.DictGuardManager
@@ -74,7 +74,9 @@ class Recording:
         oid = self.objects.get(key)
         if oid is None:
             try:
-                text = repr(obj)
+                # No addresses or install paths: the same set prints the
+                # same text in every process (stable_text.py).
+                text = stable_text.normalize(repr(obj))
             except Exception:  # a user __repr__ may raise
                 text = f"<{type(obj).__name__} object>"
             if len(text) > 200:
