@@ -156,7 +156,8 @@ PYBIND11_MODULE(_core, M) {
           "add_guard",
           [](GuardSet &S, const std::string &Kind,
              const std::vector<uint32_t> &Operands, int64_t Object, int64_t Aux,
-             int64_t Int, const std::string &Str, int64_t Tensor,
+             int64_t Int, const std::vector<int64_t> &Ints,
+             const std::string &Str, int64_t Tensor,
              const std::string &Source, bool IsGlobal, bool NNModule,
              bool BuiltinNNModule, bool Parameter, const std::string &File,
              uint32_t Line, const std::string &Verbose) {
@@ -178,6 +179,7 @@ PYBIND11_MODULE(_core, M) {
             G.Object = optId(Object);
             G.Aux = optId(Aux);
             G.Int = Int;
+            G.Ints = Ints;
             G.Str = Str;
             G.Tensor = optId(Tensor);
             G.Attrs.Source = Source;
@@ -190,7 +192,8 @@ PYBIND11_MODULE(_core, M) {
             S.addGuard(std::move(G));
           },
           py::arg("kind"), py::arg("operands"), py::arg("object") = -1,
-          py::arg("aux") = -1, py::arg("int") = 0, py::arg("str") = "",
+          py::arg("aux") = -1, py::arg("int") = 0,
+          py::arg("ints") = std::vector<int64_t>(), py::arg("str") = "",
           py::arg("tensor") = -1, py::arg("source") = "",
           py::arg("is_global") = false, py::arg("nn_module") = false,
           py::arg("builtin_nn_module") = false, py::arg("parameter") = false,
