@@ -105,6 +105,7 @@ bool guardReadsObject(GuardKind K) {
   case GuardKind::DimensionMarking:
   case GuardKind::TorchFunctionModeStack:
   case GuardKind::TupleIteratorLen:
+  case GuardKind::FakeScriptTypeMatch:
   case GuardKind::RangeIteratorMatch:
   case GuardKind::MappingKeysMatch:
   case GuardKind::SetContains:

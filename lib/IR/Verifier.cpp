@@ -72,6 +72,7 @@ ObjectRule guardObject(GuardKind K) {
   case GuardKind::TupleIteratorLen:
   case GuardKind::RangeIteratorMatch:
   case GuardKind::DispatchKeySetMatch:
+  case GuardKind::FakeScriptTypeMatch:
     return {Use::Required, bit(ObjectKind::Type)};
   case GuardKind::MappingKeysMatch:
     return {Use::Required, bit(ObjectKind::Constant)};
@@ -276,6 +277,8 @@ private:
     ObjectRule Aux;
     if (G.Kind == GuardKind::DefaultDevice)
       Aux = {Use::Required, bit(ObjectKind::Dict)};
+    else if (G.Kind == GuardKind::FakeScriptTypeMatch)
+      Aux = {Use::Required, bit(ObjectKind::Type)};
     checkObject(Diag::Guard, I, Diag::AuxRef, G.Aux, Aux, Kind, "aux");
     if (G.Kind == GuardKind::TensorMatch) {
       if (G.Tensor == InvalidId)

@@ -194,7 +194,9 @@ Error Lowerer::validate() const {
     if (guardReadsObject(G.Kind) && G.Object >= NumObjects)
       return createStringError("%s: object %u is not in the object table",
                                describe(I).c_str(), G.Object);
-    if (G.Kind == GuardKind::DefaultDevice && G.Aux >= NumObjects)
+    if ((G.Kind == GuardKind::DefaultDevice ||
+         G.Kind == GuardKind::FakeScriptTypeMatch) &&
+        G.Aux >= NumObjects)
       return createStringError("%s: aux object %u is not in the object table",
                                describe(I).c_str(), G.Aux);
     if (G.Kind == GuardKind::RangeIteratorMatch && G.Ints.size() != 3)
@@ -647,6 +649,10 @@ void Lowerer::emitGuard(size_t Index, LoweringStats &Stats) {
                ConstantInt::get(I64, G.Ints[1]),
                ConstantInt::get(I64, G.Ints[2])});
     break;
+  case GuardKind::FakeScriptTypeMatch:
+    Ok = Call("gj_rt_fake_script_type_match", {PtrTy, PtrTy, PtrTy},
+              {V, object(G.Object), object(G.Aux)});
+    break;
   case GuardKind::MappingKeysMatch:
     Ok = Call("gj_rt_mapping_keys_match", {PtrTy, PtrTy},
               {V, object(G.Object)});
@@ -849,6 +855,7 @@ ArrayRef<RuntimeSymbol> runtimeSymbols() {
       GJ_SYM(gj_rt_tuple_iterator_len),
       GJ_SYM(gj_rt_range_iterator_match),
       GJ_SYM(gj_rt_mapping_keys_match),
+      GJ_SYM(gj_rt_fake_script_type_match),
       GJ_SYM(gj_rt_set_contains),
       GJ_SYM(gj_rt_dispatch_key_set_match),
       GJ_SYM(gj_rt_dual_level_match),

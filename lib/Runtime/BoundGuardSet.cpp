@@ -178,6 +178,11 @@ BoundGuardSet::bind(std::shared_ptr<const GuardSet> SetPtr,
       if (G.Ints.size() != 3)
         return Fail(describeGuard(S, I) + ": needs ints=[start, stop, step]");
       break;
+    case GuardKind::FakeScriptTypeMatch:
+      if (!objectOk(G.Aux) || !PyType_Check(obj(G.Aux)))
+        return Fail(describeGuard(S, I) +
+                    ": aux must be the FakeScriptObject class");
+      break;
     case GuardKind::DispatchKeySetMatch:
       if (!PyType_Check(obj(G.Object)))
         return Fail(describeGuard(S, I) +

@@ -3,6 +3,7 @@
 // The runtime helpers of the torch 2.13 guard kinds over iterators, sets,
 // mappings and ambient state: TUPLE_ITERATOR_LEN, RANGE_ITERATOR_MATCH,
 // MAPPING_KEYS_MATCH, SET_CONTAINS, DISPATCH_KEY_SET_MATCH, DUAL_LEVEL_MATCH,
+// FAKE_SCRIPT_TYPE_MATCH,
 // STORAGE_OVERLAPPING (forwarded to TorchHooks) and the accessors
 // GradGuardAccessor (TorchHooks), SetGetItemGuardAccessor and
 // TupleIteratorGetItemAccessor. Each mirrors the class of the same name in
@@ -95,6 +96,35 @@ extern "C" int gj_rt_range_iterator_match(PyObject *Value, PyObject *Type,
   int64_t CurStart = static_cast<int64_t>(U(R->start) + U(R->index) * U(R->step));
   int64_t CurStop = static_cast<int64_t>(U(R->start) + U(R->len) * U(R->step));
   return CurStart == Start && CurStop == Stop && R->step == Step;
+}
+
+extern "C" int gj_rt_fake_script_type_match(PyObject *Value, PyObject *Type,
+                                            PyObject *FakeCls) {
+  // FAKE_SCRIPT_TYPE_MATCH (torch 2.13; its C++ postdates the source we
+  // read, so this follows the 2.13 wheel's behaviour, probed through
+  // RootGuardManager.check: isinstance honours a `__class__` override, the
+  // attribute read honours `__getattr__`, and a raising isinstance or
+  // `real_obj` read fails with the error cleared).
+  int IsFake = PyObject_IsInstance(Value, FakeCls);
+  if (IsFake < 0) {
+    PyErr_Clear();
+    return 0;
+  }
+  if (!IsFake)
+    return reinterpret_cast<PyObject *>(Py_TYPE(Value)) == Type;
+  static PyObject *RealObj = PyUnicode_InternFromString("real_obj");
+  if (!RealObj) {
+    PyErr_Clear();
+    return 0;
+  }
+  PyObject *Real = PyObject_GetAttr(Value, RealObj);
+  if (!Real) {
+    PyErr_Clear();
+    return 0;
+  }
+  int R = reinterpret_cast<PyObject *>(Py_TYPE(Real)) == Type;
+  Py_DECREF(Real);
+  return R;
 }
 
 extern "C" int gj_rt_mapping_keys_match(PyObject *Value, PyObject *Keys) {

@@ -292,6 +292,9 @@ bool guardjit::interpret(const BoundGuardSet &B, PyObject *FrameLocals) {
       Pass = gj_rt_range_iterator_match(V, Objs[G.Object], G.Ints[0],
                                         G.Ints[1], G.Ints[2]);
       break;
+    case GuardKind::FakeScriptTypeMatch:
+      Pass = gj_rt_fake_script_type_match(V, Objs[G.Object], Objs[G.Aux]);
+      break;
     case GuardKind::MappingKeysMatch:
       Pass = gj_rt_mapping_keys_match(V, Objs[G.Object]);
       break;

@@ -387,6 +387,19 @@ def _leaf_tuple_iterator_len(rec, mgr, length, type_id, parts, stack):
          object=rec.object_id("type", t, False), int=int(length))
 
 
+def _leaf_fake_script_type_match(rec, mgr, fake_cls, type_id, parts, stack):
+    # GuardBuilder.FAKE_SCRIPT_TYPE_MATCH passes id(type(real_obj)) for a
+    # FakeScriptObject example, id(type(value)) otherwise.
+    _vid, example = _node(rec, mgr)
+    real = example.real_obj if isinstance(example, fake_cls) else example
+    t = type(real)
+    if id(t) != type_id:
+        raise LookupError(f"cannot recover the type of id {type_id:#x}")
+    _add(rec, mgr, "fake_script_type_match", "FAKE_SCRIPT_TYPE_MATCH", parts, stack,
+         dedup=True, object=rec.object_id("type", t, False),
+         aux=rec.object_id("type", fake_cls, False))
+
+
 def _leaf_range_iterator_match(rec, mgr, start, stop, step, type_id, parts, stack):
     vid, example = _node(rec, mgr)
     t = _obj_from_id(rec, vid, example, type_id, True)
@@ -461,6 +474,7 @@ _LEAVES: dict[str, Any] = {
     "add_set_contains_guard": _leaf_set_contains,
     "add_dispatch_key_set_guard": _leaf_dispatch_key_set,
     "add_dual_level_match_guard": _leaf_dual_level,
+    "add_fake_script_type_match_guard": _leaf_fake_script_type_match,
 }
 
 

@@ -387,3 +387,57 @@ def test_grad_hook_reads_the_cpp_field():
         f_locals = {"p": value}
         assert bound.interpret(f_locals) is expected
         assert check(f_locals) is expected
+
+
+# --- FAKE_SCRIPT_TYPE_MATCH against torch's own guard ----------------------------
+
+def test_fake_script_type_match_against_torch():
+    # Not reachable from plain Python code (it needs a torchbind class), so
+    # the recorder is driven by a hand-built RootGuardManager: the same pybind
+    # calls Dynamo makes, then torch's C++ check is the oracle.
+    from torch._C._dynamo.guards import RootGuardManager
+    from torch._dynamo.guards import GuardManagerType
+    from torch._library.fake_class_registry import FakeScriptObject
+
+    from guardjit import _core, recorder
+
+    class Real:
+        pass
+
+    class RealSub(Real):
+        pass
+
+    def fake(real):
+        f = FakeScriptObject.__new__(FakeScriptObject)
+        object.__setattr__(f, "real_obj", real)
+        return f
+
+    class Liar:
+        __class__ = property(lambda self: FakeScriptObject)
+        real_obj = Real()
+
+    class Raising(FakeScriptObject):
+        @property
+        def real_obj(self):
+            raise RuntimeError("no real object")
+
+    example = fake(Real())
+    recorder.install()
+    root = RootGuardManager()
+    mgr = root.framelocals_manager(key=("x", 0), source="L['x']", example_value=example,
+                                   guard_manager_enum=GuardManagerType.GUARD_MANAGER)
+    mgr.add_fake_script_type_match_guard(FakeScriptObject, id(Real), ["fake"], None)
+    mgr.add_fake_script_type_match_guard(FakeScriptObject, id(Real), ["fake"], None)  # deduped
+    rec = recorder.take(root)
+    assert rec is not None and not rec.unsupported, rec and rec.unsupported
+    assert rec.recorded_kinds == recorder.count_tree_guards(root) == {"FAKE_SCRIPT_TYPE_MATCH": 1}
+    bound = _core.bind(rec.ir)
+    check = _core.make_guard(bound, _core.compile(bound, "light"))
+    answers = []
+    for value in [example, Real(), RealSub(), fake(RealSub()), Liar(), 3,
+                  Raising.__new__(Raising), FakeScriptObject.__new__(FakeScriptObject)]:
+        f_locals = {"x": value}
+        expected = root.check(f_locals)
+        assert (bound.interpret(f_locals), check(f_locals)) == (expected, expected), value
+        answers.append(expected)
+    assert answers == [True, True, False, False, True, False, False, False]

@@ -134,7 +134,8 @@ struct Guard {
   std::vector<ValueId> Operands; ///< empty for root guards
   /// type / object / constant / callable / dict key / attribute name (str)
   ObjectId Object = InvalidId;
-  /// second object: DEFAULT_DEVICE's torch.utils._device module dict
+  /// second object: DEFAULT_DEVICE's torch.utils._device module dict, or
+  /// FAKE_SCRIPT_TYPE_MATCH's FakeScriptObject class
   ObjectId Aux = InvalidId;
   /// length, the bool of DICT_CONTAINS / SET_CONTAINS, a dual level, a raw
   /// dispatch key set, or STORAGE_OVERLAPPING's count of overlapping operands

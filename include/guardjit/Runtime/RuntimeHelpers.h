@@ -149,6 +149,10 @@ int gj_rt_tuple_iterator_len(PyObject *Value, PyObject *Type,
 /// normalised (start, stop, step) are the given ones.
 int gj_rt_range_iterator_match(PyObject *Value, PyObject *Type, int64_t Start,
                                int64_t Stop, int64_t Step);
+/// FAKE_SCRIPT_TYPE_MATCH: isinstance(Value, FakeCls) ? Value.real_obj :
+/// Value, then its exact type is `Type`.
+int gj_rt_fake_script_type_match(PyObject *Value, PyObject *Type,
+                                 PyObject *FakeCls);
 /// MAPPING_KEYS_MATCH: PyMapping_Keys(Value) == Keys.
 int gj_rt_mapping_keys_match(PyObject *Value, PyObject *Keys);
 /// SET_CONTAINS: (set or frozenset) && item in Value, compared to Expected.

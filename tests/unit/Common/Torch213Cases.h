@@ -65,6 +65,27 @@ class KeysRaise:
 class FSet(frozenset):
     pass
 
+class FakeScript:
+    def __init__(self, real):
+        self.real_obj = real
+
+class FakeScriptSub(FakeScript):
+    pass
+
+class NoReal(FakeScript):
+    def __init__(self):
+        pass
+
+class Real:
+    pass
+
+class RealSub(Real):
+    pass
+
+class LiarFake:
+    __class__ = property(lambda self: FakeScript)
+    real_obj = Real()
+
 fwd = types.SimpleNamespace(_current_level=0)
 tuple_iterator = type(iter(()))
 range_iterator = type(iter(range(1)))
@@ -286,6 +307,21 @@ inline std::vector<Case> cases() {
                 {"{'it': iter(range(2, 10, 1))}", false},
                 {"{'it': iter(range(2, 10**20, 2))}", false}, // longrange
                 {"{'it': range(2, 10, 2)}", false}}});
+
+  C.push_back({"FakeScriptTypeMatch",
+               [](Builder &B) {
+                 B.guard(GuardKind::FakeScriptTypeMatch, {B.local("x")},
+                         B.object("Real", ObjectKind::Type))
+                     .Aux = B.object("FakeScript", ObjectKind::Type);
+               },
+               {{"{'x': Real()}", true},
+                {"{'x': FakeScript(Real())}", true},
+                {"{'x': FakeScriptSub(Real())}", true},
+                {"{'x': LiarFake()}", true}, // isinstance honours __class__
+                {"{'x': RealSub()}", false},
+                {"{'x': FakeScript(RealSub())}", false},
+                {"{'x': NoReal()}", false},
+                {"{'x': FakeScript}", false}}});
 
   C.push_back({"MappingKeysMatch",
                [](Builder &B) {
