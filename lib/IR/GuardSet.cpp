@@ -80,8 +80,12 @@ int guardArity(GuardKind K) {
   case GuardKind::DefaultDevice:
   case GuardKind::TorchFunctionModeStack:
   case GuardKind::EpilogueLambda:
+  case GuardKind::DualLevelMatch:
     return 0;
+  case GuardKind::ObjectAliasing:
+    return 2;
   case GuardKind::NoTensorAliasing:
+  case GuardKind::StorageOverlapping:
     return -1;
   default:
     return 1;
@@ -100,6 +104,13 @@ bool guardReadsObject(GuardKind K) {
   case GuardKind::DefaultDevice:
   case GuardKind::DimensionMarking:
   case GuardKind::TorchFunctionModeStack:
+  case GuardKind::TupleIteratorLen:
+  case GuardKind::FakeScriptTypeMatch:
+  case GuardKind::RangeIteratorMatch:
+  case GuardKind::MappingKeysMatch:
+  case GuardKind::SetContains:
+  case GuardKind::DispatchKeySetMatch:
+  case GuardKind::DualLevelMatch:
     return true;
   default:
     return false;

@@ -70,6 +70,7 @@ private:
   bool parseRef(Token::Kind K, uint32_t &Out, SMLoc *Loc, StringRef What);
   bool parseBool(bool &Out, StringRef What);
   bool parseDims(std::vector<std::optional<int64_t>> &Out, StringRef What);
+  bool parseInts(std::vector<int64_t> &Out, StringRef What);
   /// Reads an attribute name; rejects repeats within one entity.
   bool parseAttrName(StringRef &Name, SMLoc &Loc, llvm::StringSet<> &Seen);
 
@@ -201,6 +202,28 @@ bool Parser::parseDims(std::vector<std::optional<int64_t>> &Out,
         return true;
       Out.push_back(V);
     }
+    if (Tok.is(Token::RSquare)) {
+      consume();
+      return false;
+    }
+    if (expect(Token::Comma, "expected ',' or ']' in " + What))
+      return true;
+  }
+}
+
+bool Parser::parseInts(std::vector<int64_t> &Out, StringRef What) {
+  Out.clear();
+  if (expect(Token::LSquare, "expected '[' for " + What))
+    return true;
+  if (Tok.is(Token::RSquare)) {
+    consume();
+    return false;
+  }
+  while (true) {
+    int64_t V;
+    if (parseInt64(V, What))
+      return true;
+    Out.push_back(V);
     if (Tok.is(Token::RSquare)) {
       consume();
       return false;
@@ -523,7 +546,7 @@ bool Parser::parseValue(ParsedGuardSet &P, bool &RootSeen) {
 }
 
 // guard kind [%a, %b ...] [object=#N] [aux=#N] [int=I] [str="..."]
-//   [tensor=N] [origin=N]
+//   [ints=[a, b, ..]] [tensor=N] [origin=N]
 //   [source="..."] [loc="file":line] [verbose="..."]
 bool Parser::parseGuard(ParsedGuardSet &P) {
   EntityLoc Loc;
@@ -564,6 +587,8 @@ bool Parser::parseGuard(ParsedGuardSet &P) {
       Failed = parseRef(Token::ObjectRef, G.Aux, &Loc.Aux, Name);
     else if (Name == "int")
       Failed = parseInt64(G.Int, Name);
+    else if (Name == "ints")
+      Failed = parseInts(G.Ints, Name);
     else if (Name == "str")
       Failed = parseString(G.Str, Name);
     else if (Name == "tensor") {

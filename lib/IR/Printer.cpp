@@ -88,6 +88,12 @@ static void printGuard(std::ostream &OS, const Guard &G) {
     OS << " aux=#" << G.Aux;
   if (G.Int != 0)
     OS << " int=" << G.Int;
+  if (!G.Ints.empty()) {
+    OS << " ints=[";
+    for (size_t I = 0; I < G.Ints.size(); ++I)
+      OS << (I ? ", " : "") << G.Ints[I];
+    OS << ']';
+  }
   if (!G.Str.empty())
     OS << " str=" << quoteString(G.Str);
   if (G.Tensor != InvalidId)

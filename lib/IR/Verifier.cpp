@@ -31,11 +31,19 @@ struct ObjectRule {
   KindMask Kinds = AnyKind;
 };
 
-enum class Arity { Zero, One, AtLeastOne };
+enum class Arity { Zero, One, Two, AtLeastOne };
 
 Arity arity(GuardKind K) {
-  int N = guardArity(K);
-  return N == 0 ? Arity::Zero : N == 1 ? Arity::One : Arity::AtLeastOne;
+  switch (guardArity(K)) {
+  case 0:
+    return Arity::Zero;
+  case 1:
+    return Arity::One;
+  case 2:
+    return Arity::Two;
+  default:
+    return Arity::AtLeastOne;
+  }
 }
 
 /// What `object=` of a guard must be (recorder.py creates these kinds).
@@ -61,6 +69,17 @@ ObjectRule guardObject(GuardKind K) {
     return {Use::Required, bit(ObjectKind::Constant)};
   case GuardKind::GlobalState:
     return {Use::Optional, bit(ObjectKind::State)}; // kept for debugging
+  case GuardKind::TupleIteratorLen:
+  case GuardKind::RangeIteratorMatch:
+  case GuardKind::DispatchKeySetMatch:
+  case GuardKind::FakeScriptTypeMatch:
+    return {Use::Required, bit(ObjectKind::Type)};
+  case GuardKind::MappingKeysMatch:
+    return {Use::Required, bit(ObjectKind::Constant)};
+  case GuardKind::SetContains:
+    return {Use::Required, bit(ObjectKind::Key) | bit(ObjectKind::Constant)};
+  case GuardKind::DualLevelMatch: // the torch.autograd.forward_ad module
+    return {Use::Required, bit(ObjectKind::Object) | bit(ObjectKind::State)};
   default:
     return {};
   }
@@ -88,7 +107,9 @@ ObjectRule valueKey(AccessorKind K) {
 /// Tuple and list items may have negative indices (the helper decides), but
 /// -1 is Value::Index's "no index"; dict insertion indices are >= 0.
 bool needsIndex(AccessorKind K) {
-  return K == AccessorKind::TupleGetItem || K == AccessorKind::ListGetItem;
+  return K == AccessorKind::TupleGetItem || K == AccessorKind::ListGetItem ||
+         K == AccessorKind::SetGetItem ||
+         K == AccessorKind::TupleIteratorGetItem;
 }
 bool needsDictIndex(AccessorKind K) {
   return K == AccessorKind::DictKey || K == AccessorKind::DictValue;
@@ -236,6 +257,11 @@ private:
         report(Diag::Guard, I, N > 1 ? Diag::Operand : Diag::Whole,
                Twine(Kind) + " takes 1 operand, got " + Twine(N), 1);
       break;
+    case Arity::Two:
+      if (N != 2)
+        report(Diag::Guard, I, N > 2 ? Diag::Operand : Diag::Whole,
+               Twine(Kind) + " takes 2 operands, got " + Twine(N), 2);
+      break;
     case Arity::AtLeastOne:
       if (N == 0)
         report(Diag::Guard, I, Diag::Whole,
@@ -251,6 +277,8 @@ private:
     ObjectRule Aux;
     if (G.Kind == GuardKind::DefaultDevice)
       Aux = {Use::Required, bit(ObjectKind::Dict)};
+    else if (G.Kind == GuardKind::FakeScriptTypeMatch)
+      Aux = {Use::Required, bit(ObjectKind::Type)};
     checkObject(Diag::Guard, I, Diag::AuxRef, G.Aux, Aux, Kind, "aux");
     if (G.Kind == GuardKind::TensorMatch) {
       if (G.Tensor == InvalidId)
@@ -265,6 +293,18 @@ private:
     if (G.Origin != InvalidId && G.Origin >= S.origins().size())
       report(Diag::Guard, I, Diag::OriginRef,
              "use of undefined origin " + Twine(G.Origin));
+    if (G.Kind == GuardKind::RangeIteratorMatch && G.Ints.size() != 3)
+      report(Diag::Guard, I, Diag::Whole,
+             "range_iterator_match needs ints=[start, stop, step], got " +
+                 Twine(G.Ints.size()) + " integer(s)");
+    else if (G.Kind != GuardKind::RangeIteratorMatch && !G.Ints.empty())
+      report(Diag::Guard, I, Diag::Whole, Twine(Kind) + " takes no ints");
+    if (G.Kind == GuardKind::StorageOverlapping &&
+        (G.Int < 0 || static_cast<uint64_t>(G.Int) > N))
+      report(Diag::Guard, I, Diag::Whole,
+             "storage_overlapping needs int=K with 0 <= K <= " + Twine(N) +
+                 " (the overlapping operands come first), got " +
+                 Twine(G.Int));
     if (G.Kind == GuardKind::GlobalState && G.Str.empty())
       report(Diag::Guard, I, Diag::Whole,
              "global_state needs str=\"...\" (GlobalStateGuard's JSON state)");

@@ -93,7 +93,7 @@ private:
     return BS ? BS->needsLocalState()
               : std::any_of(S.guards().begin(), S.guards().end(),
                             [](const Guard &G) {
-                              return G.Kind == GuardKind::TensorMatch;
+                              return guardNeedsLocalState(G.Kind);
                             });
   }
   /// "v3" / "g12": the stem of a step's names, empty when the context
@@ -184,9 +184,9 @@ Error Lowerer::validate() const {
     int Arity = guardArity(G.Kind);
     if (Arity != 0 && G.Operands.empty())
       return createStringError("%s needs an operand", describe(I).c_str());
-    if (Arity == 1 && G.Operands.size() != 1)
-      return createStringError("%s needs exactly one operand",
-                               describe(I).c_str());
+    if (Arity > 0 && G.Operands.size() != static_cast<size_t>(Arity))
+      return createStringError("%s needs exactly %d operand(s)",
+                               describe(I).c_str(), Arity);
     for (ValueId Op : G.Operands)
       if (Op >= Values.size())
         return createStringError("%s: operand %u is not a value",
@@ -194,9 +194,18 @@ Error Lowerer::validate() const {
     if (guardReadsObject(G.Kind) && G.Object >= NumObjects)
       return createStringError("%s: object %u is not in the object table",
                                describe(I).c_str(), G.Object);
-    if (G.Kind == GuardKind::DefaultDevice && G.Aux >= NumObjects)
+    if ((G.Kind == GuardKind::DefaultDevice ||
+         G.Kind == GuardKind::FakeScriptTypeMatch) &&
+        G.Aux >= NumObjects)
       return createStringError("%s: aux object %u is not in the object table",
                                describe(I).c_str(), G.Aux);
+    if (G.Kind == GuardKind::RangeIteratorMatch && G.Ints.size() != 3)
+      return createStringError("%s needs ints=[start, stop, step]",
+                               describe(I).c_str());
+    if (G.Kind == GuardKind::StorageOverlapping &&
+        (G.Int < 0 || static_cast<uint64_t>(G.Int) > G.Operands.size()))
+      return createStringError("%s: int must count the overlapping operands",
+                               describe(I).c_str());
   }
   return Error::success();
 }
@@ -475,6 +484,18 @@ void Lowerer::emitValue(ValueId Id, LoweringStats &Stats) {
     Result = B.CreateCall(helper(Fn, PtrTy, {PtrTy}), {Parent}, Name);
     break;
   }
+  case AccessorKind::Grad:
+    Result = B.CreateCall(helper("gj_rt_grad", PtrTy, {PtrTy}), {Parent}, Name);
+    break;
+  case AccessorKind::SetGetItem:
+  case AccessorKind::TupleIteratorGetItem:
+    Result = B.CreateCall(
+        helper(V.Kind == AccessorKind::SetGetItem
+                   ? "gj_rt_set_get_item"
+                   : "gj_rt_tuple_iterator_get_item",
+               PtrTy, {PtrTy, I64}),
+        {Parent, ConstantInt::get(I64, V.Index)}, Name);
+    break;
   case AccessorKind::Lambda:
     Result = B.CreateCall(helper("gj_rt_lambda_call", PtrTy, {PtrTy, PtrTy}),
                           {object(V.Key), Parent}, Name);
@@ -618,6 +639,42 @@ void Lowerer::emitGuard(size_t Index, LoweringStats &Stats) {
   case GuardKind::TorchFunctionModeStack:
     Ok = Call("gj_rt_torch_function_mode_stack", {PtrTy}, {payload(Index)});
     break;
+  case GuardKind::TupleIteratorLen:
+    Ok = Call("gj_rt_tuple_iterator_len", {PtrTy, PtrTy, I64},
+              {V, object(G.Object), ConstantInt::get(I64, G.Int)});
+    break;
+  case GuardKind::RangeIteratorMatch:
+    Ok = Call("gj_rt_range_iterator_match", {PtrTy, PtrTy, I64, I64, I64},
+              {V, object(G.Object), ConstantInt::get(I64, G.Ints[0]),
+               ConstantInt::get(I64, G.Ints[1]),
+               ConstantInt::get(I64, G.Ints[2])});
+    break;
+  case GuardKind::FakeScriptTypeMatch:
+    Ok = Call("gj_rt_fake_script_type_match", {PtrTy, PtrTy, PtrTy},
+              {V, object(G.Object), object(G.Aux)});
+    break;
+  case GuardKind::MappingKeysMatch:
+    Ok = Call("gj_rt_mapping_keys_match", {PtrTy, PtrTy},
+              {V, object(G.Object)});
+    break;
+  case GuardKind::SetContains:
+    Ok = Call("gj_rt_set_contains", {PtrTy, PtrTy, I32},
+              {V, object(G.Object), ConstantInt::get(I32, G.Int != 0)});
+    break;
+  case GuardKind::DispatchKeySetMatch:
+    Ok = Call("gj_rt_dispatch_key_set_match", {PtrTy, PtrTy, I64, PtrTy},
+              {V, object(G.Object), ConstantInt::get(I64, G.Int),
+               LocalStatePtr});
+    break;
+  case GuardKind::DualLevelMatch:
+    Ok = Call("gj_rt_dual_level_match", {PtrTy, I64},
+              {object(G.Object), ConstantInt::get(I64, G.Int)});
+    break;
+  case GuardKind::ObjectAliasing:
+    // Both reads are plain pointers: `x is y` is one compare.
+    Ok = Inline(B.CreateICmpEQ(V, Vals[G.Operands[1]], P + ".same"));
+    break;
+  case GuardKind::StorageOverlapping:
   case GuardKind::NoTensorAliasing: {
     // The operand array lives in the entry block's frame; filled here.
     IRBuilder<> EB(&F->getEntryBlock(), F->getEntryBlock().begin());
@@ -629,8 +686,13 @@ void Lowerer::emitGuard(size_t Index, LoweringStats &Stats) {
                            B.CreateConstInBoundsGEP2_64(
                                ArrayType::get(PtrTy, N), Array, 0, I),
                            Align(abi::PointerSize));
-    Ok = Call("gj_rt_no_aliasing", {PtrTy, I64},
-              {Array, ConstantInt::get(I64, N)});
+    if (G.Kind == GuardKind::NoTensorAliasing)
+      Ok = Call("gj_rt_no_aliasing", {PtrTy, I64},
+                {Array, ConstantInt::get(I64, N)});
+    else
+      Ok = Call("gj_rt_storage_overlapping", {PtrTy, I64, I64},
+                {Array, ConstantInt::get(I64, N),
+                 ConstantInt::get(I64, G.Int)});
     break;
   }
   case GuardKind::Lambda:
@@ -667,7 +729,7 @@ Expected<Function *> Lowerer::run(StringRef Name, LoweringStats &Stats) {
   bool UsesLocalState =
       needsLocalState() ||
       std::any_of(Guards.begin(), Guards.end(), [](const Guard &G) {
-        return G.Kind == GuardKind::TensorMatch;
+        return guardNeedsLocalState(G.Kind);
       });
   if (UsesLocalState) {
     LocalStatePtr = B.CreateAlloca(ArrayType::get(I64, 2), nullptr,
@@ -787,6 +849,17 @@ ArrayRef<RuntimeSymbol> runtimeSymbols() {
       GJ_SYM(gj_rt_tensor_match),
       GJ_SYM(gj_rt_global_state),
       GJ_SYM(gj_rt_torch_function_mode_stack),
+      GJ_SYM(gj_rt_grad),
+      GJ_SYM(gj_rt_set_get_item),
+      GJ_SYM(gj_rt_tuple_iterator_get_item),
+      GJ_SYM(gj_rt_tuple_iterator_len),
+      GJ_SYM(gj_rt_range_iterator_match),
+      GJ_SYM(gj_rt_mapping_keys_match),
+      GJ_SYM(gj_rt_fake_script_type_match),
+      GJ_SYM(gj_rt_set_contains),
+      GJ_SYM(gj_rt_dispatch_key_set_match),
+      GJ_SYM(gj_rt_dual_level_match),
+      GJ_SYM(gj_rt_storage_overlapping),
   };
 #undef GJ_SYM
   return Symbols;

@@ -167,6 +167,32 @@ BoundGuardSet::bind(std::shared_ptr<const GuardSet> SetPtr,
         return Fail(describeGuard(S, I) +
                     ": aux must be the torch.utils._device module dict");
       break;
+    case GuardKind::TupleIteratorLen:
+      // The helper reads the tuple_iterator layout after the type test.
+      if (obj(G.Object) != reinterpret_cast<PyObject *>(&PyTupleIter_Type))
+        return Fail(describeGuard(S, I) + ": object must be tuple_iterator");
+      break;
+    case GuardKind::RangeIteratorMatch:
+      if (obj(G.Object) != reinterpret_cast<PyObject *>(&PyRangeIter_Type))
+        return Fail(describeGuard(S, I) + ": object must be range_iterator");
+      if (G.Ints.size() != 3)
+        return Fail(describeGuard(S, I) + ": needs ints=[start, stop, step]");
+      break;
+    case GuardKind::FakeScriptTypeMatch:
+      if (!objectOk(G.Aux) || !PyType_Check(obj(G.Aux)))
+        return Fail(describeGuard(S, I) +
+                    ": aux must be the FakeScriptObject class");
+      break;
+    case GuardKind::DispatchKeySetMatch:
+      if (!PyType_Check(obj(G.Object)))
+        return Fail(describeGuard(S, I) +
+                    ": object must be the DispatchKeySet type");
+      break;
+    case GuardKind::StorageOverlapping:
+      if (G.Int < 0 || static_cast<uint64_t>(G.Int) > G.Operands.size())
+        return Fail(describeGuard(S, I) +
+                    ": int must count the overlapping operands");
+      break;
     case GuardKind::TensorMatch:
       if (G.Tensor >= S.tensorSpecs().size())
         return Fail(describeGuard(S, I) + ": missing tensor spec");
@@ -213,7 +239,7 @@ BoundGuardSet::bind(std::shared_ptr<const GuardSet> SetPtr,
   const TorchHooks *Hooks = torchHooks();
   for (size_t I = 0; I < Guards.size(); ++I) {
     const Guard &G = Guards[I];
-    if (G.Kind == GuardKind::TensorMatch)
+    if (guardNeedsLocalState(G.Kind))
       B->NeedsLocalState = true;
     std::string Err;
     if (G.Kind == GuardKind::DimensionMarking) {

@@ -38,7 +38,7 @@ struct EvalFrame {
   uint32_t Epoch = 0;
   /// Values holding a new reference, released when the call ends.
   std::vector<ValueId> Owned;
-  /// Operand buffer for NO_TENSOR_ALIASING.
+  /// Operand buffer for NO_TENSOR_ALIASING and STORAGE_OVERLAPPING.
   std::vector<PyObject *> Operands;
 
   void begin(size_t NumValues) {
@@ -159,6 +159,12 @@ private:
       return gj_rt_weakref_call(Parent);
     case AccessorKind::GlobalWeakRef:
       return gj_rt_global_weakref(Parent, Objs[V.Key]);
+    case AccessorKind::Grad:
+      return gj_rt_grad(Parent);
+    case AccessorKind::SetGetItem:
+      return gj_rt_set_get_item(Parent, V.Index);
+    case AccessorKind::TupleIteratorGetItem:
+      return gj_rt_tuple_iterator_get_item(Parent, V.Index);
     }
     return nullptr;
   }
@@ -180,7 +186,7 @@ bool guardjit::interpret(const BoundGuardSet &B, PyObject *FrameLocals) {
   Evaluator E(B, FrameLocals, F);
 
   // Dynamo refreshes the TLS dispatch state once per root check and shares
-  // the snapshot between all TENSOR_MATCH guards.
+  // the snapshot between all TENSOR_MATCH / DISPATCH_KEY_SET_MATCH guards.
   LocalState LS;
   if (B.needsLocalState())
     gj_rt_read_local_state(&LS);
@@ -194,7 +200,8 @@ bool guardjit::interpret(const BoundGuardSet &B, PyObject *FrameLocals) {
       HasEpilogue = true;
       continue;
     }
-    if (G.Kind != GuardKind::NoTensorAliasing && !G.Operands.empty()) {
+    // Multi-operand guards read all their operands below.
+    if (G.Operands.size() == 1) {
       V = E.get(G.Operands.front());
       if (!V)
         return false;
@@ -258,7 +265,9 @@ bool guardjit::interpret(const BoundGuardSet &B, PyObject *FrameLocals) {
     case GuardKind::TorchFunctionModeStack:
       Pass = gj_rt_torch_function_mode_stack(B.payload(I));
       break;
-    case GuardKind::NoTensorAliasing: {
+    case GuardKind::NoTensorAliasing:
+    case GuardKind::StorageOverlapping:
+    case GuardKind::ObjectAliasing: {
       F.Operands.clear();
       for (ValueId Op : G.Operands) {
         PyObject *X = E.get(Op);
@@ -266,9 +275,39 @@ bool guardjit::interpret(const BoundGuardSet &B, PyObject *FrameLocals) {
           return false;
         F.Operands.push_back(X);
       }
-      Pass = gj_rt_no_aliasing(F.Operands.data(), F.Operands.size());
+      if (G.Kind == GuardKind::NoTensorAliasing)
+        Pass = gj_rt_no_aliasing(F.Operands.data(), F.Operands.size());
+      else if (G.Kind == GuardKind::StorageOverlapping)
+        Pass = gj_rt_storage_overlapping(F.Operands.data(), F.Operands.size(),
+                                         static_cast<size_t>(G.Int));
+      else // OBJECT_ALIASING: the second read is the first object
+        Pass = F.Operands[0] == F.Operands[1];
       break;
     }
+    case GuardKind::TupleIteratorLen:
+      Pass = gj_rt_tuple_iterator_len(V, Objs[G.Object],
+                                      static_cast<Py_ssize_t>(G.Int));
+      break;
+    case GuardKind::RangeIteratorMatch:
+      Pass = gj_rt_range_iterator_match(V, Objs[G.Object], G.Ints[0],
+                                        G.Ints[1], G.Ints[2]);
+      break;
+    case GuardKind::FakeScriptTypeMatch:
+      Pass = gj_rt_fake_script_type_match(V, Objs[G.Object], Objs[G.Aux]);
+      break;
+    case GuardKind::MappingKeysMatch:
+      Pass = gj_rt_mapping_keys_match(V, Objs[G.Object]);
+      break;
+    case GuardKind::SetContains:
+      Pass = gj_rt_set_contains(V, Objs[G.Object], G.Int != 0);
+      break;
+    case GuardKind::DispatchKeySetMatch:
+      Pass = gj_rt_dispatch_key_set_match(V, Objs[G.Object],
+                                          static_cast<uint64_t>(G.Int), &LS);
+      break;
+    case GuardKind::DualLevelMatch:
+      Pass = gj_rt_dual_level_match(Objs[G.Object], G.Int);
+      break;
     case GuardKind::Lambda:
       Pass = gj_rt_lambda(Objs[G.Object], V);
       break;

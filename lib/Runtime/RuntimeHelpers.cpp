@@ -30,6 +30,10 @@ bool guardjit::accessorUsesDictCache(AccessorKind K) {
          K == AccessorKind::DictKey || K == AccessorKind::DictValue;
 }
 
+bool guardjit::guardNeedsLocalState(GuardKind K) {
+  return K == GuardKind::TensorMatch || K == GuardKind::DispatchKeySetMatch;
+}
+
 bool guardjit::guardUsesDictCache(GuardKind K) {
   return K == GuardKind::DictContains;
 }
@@ -56,7 +60,10 @@ bool guardjit::accessorReturnsNewRef(AccessorKind K) {
   case AccessorKind::CallFunctionNoArgs:
   case AccessorKind::WeakRefCall:
   case AccessorKind::GlobalWeakRef:
+  case AccessorKind::Grad:
+  case AccessorKind::SetGetItem:
     return true;
+  case AccessorKind::TupleIteratorGetItem:
   case AccessorKind::Closure:
   case AccessorKind::FuncDefaults:
   case AccessorKind::FuncKwDefaults:

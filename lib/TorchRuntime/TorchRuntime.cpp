@@ -419,6 +419,102 @@ void *prepareModeStack(const Guard &G, PyObject *const *Objects,
 }
 
 //===----------------------------------------------------------------------===//
+// GradGuardAccessor
+//===----------------------------------------------------------------------===//
+
+/// GradGuardAccessor::check_nopybind: `THPVariable_CheckExact(obj) ||
+/// THPVariable_Check(obj)`, then THPVariable_Wrap(THPVariable_Unpack(obj)
+/// .grad()) -- the C++ autograd field, so neither __torch_function__ nor a
+/// Python `grad` property runs; an undefined grad wraps to None. Tensor::grad
+/// warns (TORCH_WARN) for a non-leaf that does not retain its grad, exactly
+/// as the torch call does.
+PyObject *tensorGrad(PyObject *Value) {
+  if (!THPVariable_CheckExact(Value) && !THPVariable_Check(Value))
+    return nullptr;
+  try {
+    PyObject *G = THPVariable_Wrap(THPVariable_Unpack(Value).grad());
+    if (!G)
+      PyErr_Clear();
+    return G;
+  } catch (...) {
+    PyErr_Clear();
+    return nullptr;
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// STORAGE_OVERLAPPING
+//===----------------------------------------------------------------------===//
+
+/// tensors_definitely_do_not_overlap<StaticMeta> of guards.cpp, line for
+/// line. Its precondition ("x and y share a storage") is not checked by
+/// torch either: check_overlapping applies it to every pair.
+bool definitelyDoNotOverlap(const at::Tensor &X, const at::Tensor &Y) {
+  if (X.is_same(Y))
+    return false;
+  if (X.numel() == 0 || Y.numel() == 0)
+    return true;
+  // Make x always on the left.
+  if (X.storage_offset() > Y.storage_offset())
+    return definitelyDoNotOverlap(Y, X);
+  // Both contiguous: the "obvious" case.
+  if (X.is_contiguous() && Y.is_contiguous())
+    return !(X.storage_offset() + X.numel() > Y.storage_offset());
+  // The last element of x before the start of y.
+  int64_t XLast = X.storage_offset();
+  for (int64_t I = 0; I < X.dim(); ++I)
+    XLast += (X.size(I) - 1) * X.stride(I);
+  if (XLast < Y.storage_offset())
+    return true;
+  if (X.dim() == 2 && Y.dim() == 2 && X.stride(1) == 1 && Y.stride(1) == 1) {
+    // 2-d, rows contiguous, same outer stride (torch's shampoo case).
+    if (X.stride(0) == Y.stride(0)) {
+      int64_t OffsetDelta = Y.storage_offset() - X.storage_offset();
+      if (OffsetDelta < X.size(1))
+        return false;
+      int64_t XTotal = X.stride(0) * (X.size(0) - 1) + X.size(1);
+      if (XTotal <= OffsetDelta)
+        return true;
+      int64_t OffsetDeltaMod = OffsetDelta % X.stride(0);
+      if (OffsetDeltaMod + Y.size(1) <= X.stride(0))
+        return true;
+    }
+  }
+  return false;
+}
+
+/// check_overlapping(overlapping, non_overlapping): the indices of tensors
+/// that may overlap some other tensor (compute_overlapping_tensors over the
+/// concatenation) must be exactly the first NumOverlapping ones.
+int storageOverlapping(PyObject *const *Objects, size_t N,
+                       size_t NumOverlapping) {
+  try {
+    std::vector<at::Tensor> Tensors;
+    Tensors.reserve(N);
+    for (size_t I = 0; I < N; ++I) {
+      // StorageOverlapChecker::add TORCH_CHECKs a tensor (torch raises out of
+      // the check); a failed check here.
+      if (!THPVariable_CheckExact(Objects[I]) && !THPVariable_Check(Objects[I]))
+        return 0;
+      Tensors.push_back(THPVariable_Unpack(Objects[I]));
+    }
+    std::vector<char> Aliased(N, 0);
+    for (size_t I = 0; I < N; ++I)
+      for (size_t J = 0; J < I; ++J)
+        if (!definitelyDoNotOverlap(Tensors[I], Tensors[J]))
+          Aliased[I] = Aliased[J] = 1;
+    for (size_t I = 0; I < N; ++I)
+      if (Aliased[I] != (I < NumOverlapping ? 1 : 0))
+        return 0;
+    return 1;
+  } catch (...) {
+    // e.g. numel() of a tensor with symbolic sizes (StaticMeta throws too).
+    PyErr_Clear();
+    return 0;
+  }
+}
+
+//===----------------------------------------------------------------------===//
 // prepare / release
 //===----------------------------------------------------------------------===//
 
@@ -462,7 +558,8 @@ void release(const Guard &G, void *Payload) {
 
 const TorchHooks AtenHooks = {readLocalState, tensorMatch,
                               globalState,    torchFunctionModeStack,
-                              prepare,        release};
+                              prepare,        release,
+                              tensorGrad,     storageOverlapping};
 
 } // namespace
 

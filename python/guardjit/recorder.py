@@ -183,6 +183,12 @@ _ACCESSORS: dict[str, tuple[str, tuple[str, ...]]] = {
     "weakref_call_manager": ("weakref_call", ("source", "example_value", "guard_manager_enum")),
     "global_weakref_manager": ("global_weakref",
                                ("global_name", "source", "example_value", "guard_manager_enum")),
+    "grad_manager": ("grad", ("source", "example_value", "guard_manager_enum")),
+    "set_getitem_manager": ("set_get_item",
+                            ("index", "source", "example_value", "guard_manager_enum")),
+    "tuple_iterator_getitem_manager": ("tuple_iterator_get_item",
+                                       ("index", "source", "example_value",
+                                        "guard_manager_enum")),
 }
 
 
@@ -221,7 +227,7 @@ def _on_accessor(method: str, mgr: Any, child: Any, args: tuple, kwargs: dict) -
         key = rec.object_id("key", a["attr"], True)
     elif kind in ("tuple_get_item", "list_get_item"):
         index = int(a["key"])
-    elif kind in ("dict_key", "dict_value"):
+    elif kind in ("dict_key", "dict_value", "set_get_item", "tuple_iterator_get_item"):
         index = int(a["index"])
     elif kind == "lambda":
         # PythonLambdaGuardAccessor holds its callable: kept alive here too.
@@ -254,7 +260,7 @@ def _obj_from_id(rec: Recording, vid: int, example: Any, obj_id: int, want_type:
 # Root guards over ambient state and epilogue guards (which receive the frame
 # locals dict) have no operand value.
 _NO_OPERAND = frozenset({"global_state", "default_device", "torch_function_mode_stack",
-                         "epilogue_lambda"})
+                         "epilogue_lambda", "dual_level_match"})
 
 
 def _add(rec: Recording, mgr: Any, kind: str, torch_kind: str, parts: Any, stack: Any,
@@ -392,6 +398,72 @@ def _leaf_epilogue_lambda(rec, mgr, fn, parts, stack):
          object=rec.object_id("callable", fn, True))
 
 
+def _leaf_tuple_iterator_len(rec, mgr, length, type_id, parts, stack):
+    vid, example = _node(rec, mgr)
+    t = _obj_from_id(rec, vid, example, type_id, True)
+    _add(rec, mgr, "tuple_iterator_len", "TUPLE_ITERATOR_LEN", parts, stack, dedup=True,
+         object=rec.object_id("type", t, False), int=int(length))
+
+
+def _leaf_fake_script_type_match(rec, mgr, fake_cls, type_id, parts, stack):
+    # GuardBuilder.FAKE_SCRIPT_TYPE_MATCH passes id(type(real_obj)) for a
+    # FakeScriptObject example, id(type(value)) otherwise.
+    _vid, example = _node(rec, mgr)
+    real = example.real_obj if isinstance(example, fake_cls) else example
+    t = type(real)
+    if id(t) != type_id:
+        raise LookupError(f"cannot recover the type of id {type_id:#x}")
+    _add(rec, mgr, "fake_script_type_match", "FAKE_SCRIPT_TYPE_MATCH", parts, stack,
+         dedup=True, object=rec.object_id("type", t, False),
+         aux=rec.object_id("type", fake_cls, False))
+
+
+def _leaf_range_iterator_match(rec, mgr, start, stop, step, type_id, parts, stack):
+    vid, example = _node(rec, mgr)
+    t = _obj_from_id(rec, vid, example, type_id, True)
+    _add(rec, mgr, "range_iterator_match", "RANGE_ITERATOR_MATCH", parts, stack, dedup=True,
+         object=rec.object_id("type", t, False), ints=[int(start), int(stop), int(step)])
+
+
+def _leaf_mapping_keys(rec, mgr, value, parts, stack):
+    # MAPPING_KEYS_MATCH stores py::list(value.attr("keys")()) when built.
+    keys = list(value.keys())
+    _add(rec, mgr, "mapping_keys_match", "MAPPING_KEYS_MATCH", parts, stack, dedup=True,
+         object=rec.object_id("constant", keys, True))
+
+
+def _leaf_set_contains(rec, mgr, contains, item, parts, stack):
+    _add(rec, mgr, "set_contains", "SET_CONTAINS", parts, stack,
+         object=rec.object_id("key", item, True), int=1 if contains else 0)
+
+
+def _applied_raw(keys: Any) -> int:
+    """LocalState.apply(keys).raw_repr() on this thread, as int64 bits."""
+    applied = (keys | torch._C._dispatch_tls_local_include_set()) \
+        - torch._C._dispatch_tls_local_exclude_set()
+    if _core.masks_python_keys():
+        applied = applied - _python_keys()
+    raw = applied.raw_repr()
+    return raw - (1 << 64) if raw >= (1 << 63) else raw
+
+
+def _leaf_dispatch_key_set(rec, mgr, value, parts, stack):
+    # DISPATCH_KEY_SET_MATCH stores LocalState.apply(value).raw_repr() when
+    # built and compares the applied raw repr of the value at check time.
+    if not isinstance(value, torch._C.DispatchKeySet):
+        raise TypeError("DISPATCH_KEY_SET_MATCH value is not a DispatchKeySet")
+    _add(rec, mgr, "dispatch_key_set_match", "DISPATCH_KEY_SET_MATCH", parts, stack,
+         dedup=True, object=rec.object_id("type", torch._C.DispatchKeySet, False),
+         int=_applied_raw(value))
+
+
+def _leaf_dual_level(rec, mgr, level, parts, stack):
+    import torch.autograd.forward_ad as forward_ad
+
+    _add(rec, mgr, "dual_level_match", "DUAL_LEVEL_MATCH", parts, stack,
+         object=rec.object_id("object", forward_ad, True), int=int(level))
+
+
 _LEAVES: dict[str, Any] = {
     "add_type_match_guard": _leaf_type_match,
     "add_id_match_guard": _leaf_id_match,
@@ -414,6 +486,13 @@ _LEAVES: dict[str, Any] = {
     "add_float_is_nan_guard": _simple("float_is_nan", "FLOAT_IS_NAN"),
     "add_complex_is_nan_guard": _simple("complex_is_nan", "COMPLEX_IS_NAN"),
     "add_dict_version_guard": _leaf_dict_version,
+    "add_tuple_iterator_length_guard": _leaf_tuple_iterator_len,
+    "add_range_iterator_match_guard": _leaf_range_iterator_match,
+    "add_mapping_keys_guard": _leaf_mapping_keys,
+    "add_set_contains_guard": _leaf_set_contains,
+    "add_dispatch_key_set_guard": _leaf_dispatch_key_set,
+    "add_dual_level_match_guard": _leaf_dual_level,
+    "add_fake_script_type_match_guard": _leaf_fake_script_type_match,
 }
 
 
@@ -433,6 +512,40 @@ def _on_no_tensor_aliasing(managers: Any, names: Any, parts: Any, stack: Any) ->
     rec.ir.add_guard("no_tensor_aliasing", operands, source=", ".join(map(str, names)),
                      file=file, line=line, verbose=_first(parts))
     rec.recorded_kinds["NO_TENSOR_ALIASING"] = rec.recorded_kinds.get("NO_TENSOR_ALIASING", 0) + 1
+
+
+def _on_object_aliasing(x: Any, y: Any, parts: Any, stack: Any) -> None:
+    # install_object_aliasing_guard: one OBJECT_ALIASING leaf shared by the
+    # two managers; it passes iff both values are the same object.
+    rec = _state.owner.get(id(x))
+    if rec is None or _state.owner.get(id(y)) is not rec:
+        raise LookupError("object aliasing across recordings")
+    file, line = _user_loc(stack)
+    rec.ir.add_guard("object_aliasing", [_node(rec, x)[0], _node(rec, y)[0]],
+                     source=f"{x.get_source()} is {y.get_source()}", file=file, line=line,
+                     verbose=_first(parts))
+    rec.recorded_kinds["OBJECT_ALIASING"] = rec.recorded_kinds.get("OBJECT_ALIASING", 0) + 1
+
+
+def _on_storage_overlapping(overlapping: Any, non_overlapping: Any, parts: Any,
+                            stack: Any) -> None:
+    # install_storage_overlapping_guard: one STORAGE_OVERLAPPING leaf per
+    # non-empty list, sharing one checker; the IR keeps one guard whose first
+    # `int` operands are the possibly-overlapping tensors.
+    managers = list(overlapping) + list(non_overlapping)
+    if not managers:
+        return
+    recs = {id(r): r for r in (_state.owner.get(id(m)) for m in managers)}
+    if len(recs) != 1 or None in recs.values():
+        raise LookupError("storage overlapping across recordings")
+    rec = next(iter(recs.values()))
+    file, line = _user_loc(stack)
+    rec.ir.add_guard("storage_overlapping", [_node(rec, m)[0] for m in managers],
+                     int=len(overlapping), source=", ".join(m.get_source() for m in managers),
+                     file=file, line=line, verbose=_first(parts))
+    n = int(bool(overlapping)) + int(bool(non_overlapping))
+    rec.recorded_kinds["STORAGE_OVERLAPPING"] = \
+        rec.recorded_kinds.get("STORAGE_OVERLAPPING", 0) + n
 
 
 def _on_unsupported_install(name: str, *managers_lists: Any) -> None:
@@ -525,8 +638,9 @@ def install() -> None:
     _mirror_mode_flag()
     _track_guard_origins()
     wrap_install("install_no_tensor_aliasing_guard", _on_no_tensor_aliasing)
-    for name in ("install_object_aliasing_guard", "install_storage_overlapping_guard",
-                 "install_symbolic_shape_guard"):
+    wrap_install("install_object_aliasing_guard", _on_object_aliasing)
+    wrap_install("install_storage_overlapping_guard", _on_storage_overlapping)
+    for name in ("install_symbolic_shape_guard",):
         wrap_install(name, functools.partial(_on_unsupported_install, name))
     _installed = True
 

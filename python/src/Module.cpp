@@ -180,7 +180,8 @@ PYBIND11_MODULE(_core, M) {
           "add_guard",
           [](GuardSet &S, const std::string &Kind,
              const std::vector<uint32_t> &Operands, int64_t Object, int64_t Aux,
-             int64_t Int, const std::string &Str, int64_t Tensor,
+             int64_t Int, const std::vector<int64_t> &Ints,
+             const std::string &Str, int64_t Tensor,
              const std::string &Source, int64_t Origin,
              const std::string &File, uint32_t Line,
              const std::string &Verbose) {
@@ -204,6 +205,7 @@ PYBIND11_MODULE(_core, M) {
             G.Object = optId(Object);
             G.Aux = optId(Aux);
             G.Int = Int;
+            G.Ints = Ints;
             G.Str = Str;
             G.Tensor = optId(Tensor);
             G.Attrs.Source = Source;
@@ -213,7 +215,8 @@ PYBIND11_MODULE(_core, M) {
             S.addGuard(std::move(G));
           },
           py::arg("kind"), py::arg("operands"), py::arg("object") = -1,
-          py::arg("aux") = -1, py::arg("int") = 0, py::arg("str") = "",
+          py::arg("aux") = -1, py::arg("int") = 0,
+          py::arg("ints") = std::vector<int64_t>(), py::arg("str") = "",
           py::arg("tensor") = -1, py::arg("source") = "",
           py::arg("origin") = -1, py::arg("file") = "", py::arg("line") = 0, py::arg("verbose") = "")
       .def_property_readonly("num_guards",

@@ -42,8 +42,9 @@ std::string_view torchName(GuardKind K);
 std::optional<AccessorKind> parseAccessorKind(std::string_view S);
 
 /// Operands a guard of kind `K` reads: 0 for root guards over ambient state
-/// and epilogue lambdas (they receive the frame locals), -1 for "one or more"
-/// (NO_TENSOR_ALIASING), 1 otherwise. The one definition the verifier, the
+/// and epilogue lambdas (they receive the frame locals), 2 for
+/// OBJECT_ALIASING, -1 for "one or more" (NO_TENSOR_ALIASING,
+/// STORAGE_OVERLAPPING), 1 otherwise. The one definition the verifier, the
 /// binder and the lowering share.
 int guardArity(GuardKind K);
 /// Whether a guard of kind `K` needs its `Object` table entry (checked when
@@ -148,9 +149,14 @@ struct Guard {
   std::vector<ValueId> Operands; ///< empty for root guards
   /// type / object / constant / callable / dict key / attribute name (str)
   ObjectId Object = InvalidId;
-  /// second object: DEFAULT_DEVICE's torch.utils._device module dict
+  /// second object: DEFAULT_DEVICE's torch.utils._device module dict, or
+  /// FAKE_SCRIPT_TYPE_MATCH's FakeScriptObject class
   ObjectId Aux = InvalidId;
-  int64_t Int = 0;               ///< length, or the bool of DICT_CONTAINS
+  /// length, the bool of DICT_CONTAINS / SET_CONTAINS, a dual level, a raw
+  /// dispatch key set, or STORAGE_OVERLAPPING's count of overlapping operands
+  int64_t Int = 0;
+  /// RANGE_ITERATOR_MATCH's [start, stop, step]; empty for every other kind
+  std::vector<int64_t> Ints;
   std::string Str;               ///< serialized state (GLOBAL_STATE JSON)
   uint32_t Tensor = InvalidId;   ///< index into GuardSet::tensorSpecs()
   /// Index into GuardSet::origins(); InvalidId when Dynamo installed the guard

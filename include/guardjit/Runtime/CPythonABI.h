@@ -67,6 +67,28 @@ static_assert(ManagedDictFlag == (1ULL << 4));
 constexpr int64_t ManagedDictOffset = -3 * int64_t(PointerSize);
 constexpr int64_t ManagedValuesOffset = -4 * int64_t(PointerSize);
 
+/// tuple_iterator objects (`_PyTupleIterObject`, private to
+/// Objects/tupleobject.c in 3.11; torch's guards.cpp copies the same struct).
+/// `it_seq` is NULL once the iterator is exhausted. Checked on live objects
+/// by tests/unit/Runtime.
+struct TupleIterLayout {
+  PyObject_HEAD
+  Py_ssize_t it_index;
+  PyTupleObject *it_seq;
+};
+
+/// range_iterator objects (`rangeiterobject` of Objects/rangeobject.c in
+/// 3.11, copied by torch as `_PyRangeIterObject`): the next value is
+/// start + index * step, `len` is the total count. C longs (64-bit on LP64).
+struct RangeIterLayout {
+  PyObject_HEAD
+  long index;
+  long start;
+  long step;
+  long len;
+};
+static_assert(sizeof(long) == 8, "LP64 only");
+
 } // namespace guardjit::abi
 
 #endif // GUARDJIT_RUNTIME_CPYTHONABI_H

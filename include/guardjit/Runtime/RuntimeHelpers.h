@@ -22,6 +22,10 @@
 #include <cstdint>
 
 namespace guardjit {
+/// Whether a guard of kind `K` reads the thread-local dispatch key state
+/// (TENSOR_MATCH, DISPATCH_KEY_SET_MATCH): the check reads it once.
+bool guardNeedsLocalState(GuardKind K);
+
 /// Whether the runtime accessor for `K` returns a new reference that the
 /// caller must release with gj_rt_decref once the value's guards have run.
 bool accessorReturnsNewRef(AccessorKind K);
@@ -103,6 +107,18 @@ PyObject *gj_rt_lambda_call(PyObject *Fn, PyObject *Obj);        // NEW
 PyObject *gj_rt_call_function_no_args(PyObject *Fn);              // NEW
 PyObject *gj_rt_weakref_call(PyObject *Ref);                      // NEW
 PyObject *gj_rt_global_weakref(PyObject *Globals, PyObject *Name); // NEW
+/// GradGuardAccessor through TorchHooks::tensorGrad; NULL without hooks.
+PyObject *gj_rt_grad(PyObject *Tensor); // NEW
+/// SetGetItemGuardAccessor: PySequence_List(Obj)[Index] (no negative-index
+/// normalisation). NEW: torch borrows the item from the temporary list after
+/// releasing it, relying on the set to keep it; a new reference is the same
+/// object without that reliance.
+PyObject *gj_rt_set_get_item(PyObject *Obj, Py_ssize_t Index); // NEW
+/// TupleIteratorGetItemAccessor: item it_index + Index of the iterator's
+/// tuple. NULL unless `It` is an exact tuple_iterator that is not exhausted
+/// and the position is in range (torch reads unchecked, relying on the
+/// TUPLE_ITERATOR_LEN leaf it always installs on the same value first).
+PyObject *gj_rt_tuple_iterator_get_item(PyObject *It, Py_ssize_t Index);
 void gj_rt_decref(PyObject *Obj);
 
 // Leaf guards.
@@ -125,6 +141,32 @@ int gj_rt_dimension_marking(PyObject *Value, const void *Payload);
 int gj_rt_default_device(PyObject *DeviceModuleDict, PyObject *Device);
 /// NO_TENSOR_ALIASING: 1 iff the N objects are pairwise distinct.
 int gj_rt_no_aliasing(PyObject *const *Objects, size_t N);
+/// TUPLE_ITERATOR_LEN: Py_TYPE(Value) is `Type` (which bind checks is
+/// tuple_iterator) and it has `Length` items left.
+int gj_rt_tuple_iterator_len(PyObject *Value, PyObject *Type,
+                             Py_ssize_t Length);
+/// RANGE_ITERATOR_MATCH: Py_TYPE(Value) is `Type` (range_iterator) and its
+/// normalised (start, stop, step) are the given ones.
+int gj_rt_range_iterator_match(PyObject *Value, PyObject *Type, int64_t Start,
+                               int64_t Stop, int64_t Step);
+/// FAKE_SCRIPT_TYPE_MATCH: isinstance(Value, FakeCls) ? Value.real_obj :
+/// Value, then its exact type is `Type`.
+int gj_rt_fake_script_type_match(PyObject *Value, PyObject *Type,
+                                 PyObject *FakeCls);
+/// MAPPING_KEYS_MATCH: PyMapping_Keys(Value) == Keys.
+int gj_rt_mapping_keys_match(PyObject *Value, PyObject *Keys);
+/// SET_CONTAINS: (set or frozenset) && item in Value, compared to Expected.
+int gj_rt_set_contains(PyObject *Value, PyObject *Item, int Expected);
+/// DISPATCH_KEY_SET_MATCH: Value is a `DksType` instance whose
+/// raw_repr(), with `State` applied, is `Expected`.
+int gj_rt_dispatch_key_set_match(PyObject *Value, PyObject *DksType,
+                                 uint64_t Expected,
+                                 const guardjit::LocalState *State);
+/// DUAL_LEVEL_MATCH: ForwardAD._current_level is an exact int == Level.
+int gj_rt_dual_level_match(PyObject *ForwardAD, int64_t Level);
+/// STORAGE_OVERLAPPING through TorchHooks::storageOverlapping; 0 without.
+int gj_rt_storage_overlapping(PyObject *const *Tensors, size_t N,
+                              size_t NumOverlapping);
 
 // Torch guards, forwarded to the installed TorchHooks (0 if none).
 void gj_rt_read_local_state(guardjit::LocalState *State);

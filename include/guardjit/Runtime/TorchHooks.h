@@ -15,6 +15,7 @@
 
 #include "guardjit/Runtime/Python.h"
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -49,6 +50,16 @@ struct TorchHooks {
   int (*torchFunctionModeStack)(const void *Payload);
   PrepareFn prepare;
   ReleaseFn release;
+  /// GradGuardAccessor: for a tensor (subclasses too) a new reference to
+  /// THPVariable_Wrap(THPVariable_Unpack(Value).grad()) (None when the grad
+  /// is undefined); NULL for a non-tensor. Reads the C++ field, so no
+  /// __torch_function__ or Python property runs. Optional (NULL: reads fail).
+  PyObject *(*tensorGrad)(PyObject *Value);
+  /// STORAGE_OVERLAPPING: 1 iff torch's check_overlapping(first
+  /// `NumOverlapping` tensors, the rest) holds for the N borrowed objects;
+  /// 0 if any is not a tensor. Optional (NULL: the guard fails).
+  int (*storageOverlapping)(PyObject *const *Tensors, size_t N,
+                            size_t NumOverlapping);
 };
 
 /// Installs the table (not owned; must outlive every bound guard set).

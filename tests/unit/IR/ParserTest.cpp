@@ -80,6 +80,9 @@ GuardSet makeEverything() {
       V.Parent = GlobalsValue;                                                 \
     if (AccessorKind::Enum == AccessorKind::TupleGetItem)                      \
       V.Index = -5;                                                            \
+    else if (AccessorKind::Enum == AccessorKind::SetGetItem ||                 \
+             AccessorKind::Enum == AccessorKind::TupleIteratorGetItem)         \
+      V.Index = 2;                                                             \
     else if (AccessorKind::Enum == AccessorKind::ListGetItem)                  \
       V.Index = std::numeric_limits<int64_t>::max();                           \
     else if (AccessorKind::Enum == AccessorKind::DictKey ||                    \
@@ -116,7 +119,15 @@ GuardSet makeEverything() {
     case GuardKind::EpilogueLambda:                                            \
       G.Object = Fn;                                                           \
       break;                                                                   \
+    case GuardKind::DualLevelMatch:                                            \
+      G.Object = Obj;                                                          \
+      G.Int = -1;                                                              \
+      break;                                                                   \
+    case GuardKind::ObjectAliasing:                                            \
+      G.Operands = {1, Last};                                                  \
+      break;                                                                   \
     case GuardKind::NoTensorAliasing:                                          \
+    case GuardKind::StorageOverlapping:                                        \
       G.Operands = {1, 2, Last};                                               \
       break;                                                                   \
     default:                                                                   \
@@ -152,6 +163,29 @@ GuardSet makeEverything() {
       break;                                                                   \
     case GuardKind::TensorMatch:                                               \
       G.Tensor = Spec;                                                         \
+      break;                                                                   \
+    case GuardKind::TupleIteratorLen:                                          \
+    case GuardKind::DispatchKeySetMatch:                                       \
+      G.Object = Ty;                                                           \
+      G.Int = std::numeric_limits<int64_t>::min();                             \
+      break;                                                                   \
+    case GuardKind::RangeIteratorMatch:                                        \
+      G.Object = Ty;                                                           \
+      G.Ints = {std::numeric_limits<int64_t>::min(), 0,                        \
+                std::numeric_limits<int64_t>::max()};                          \
+      break;                                                                   \
+    case GuardKind::FakeScriptTypeMatch:                                       \
+      G.Object = Ty;                                                           \
+      G.Aux = Ty;                                                              \
+      break;                                                                   \
+    case GuardKind::MappingKeysMatch:                                          \
+      G.Object = Const;                                                        \
+      break;                                                                   \
+    case GuardKind::SetContains:                                               \
+      G.Object = Key;                                                          \
+      break;                                                                   \
+    case GuardKind::StorageOverlapping:                                        \
+      G.Int = 2;                                                               \
       break;                                                                   \
     default:                                                                   \
       break;                                                                   \
@@ -231,6 +265,7 @@ TEST(ParserTest, EveryKindRoundTrips) {
     EXPECT_EQ(A.Object, B.Object);
     EXPECT_EQ(A.Aux, B.Aux);
     EXPECT_EQ(A.Int, B.Int);
+    EXPECT_EQ(A.Ints, B.Ints);
     EXPECT_EQ(A.Str, B.Str);
     EXPECT_EQ(A.Tensor, B.Tensor);
     EXPECT_EQ(A.Attrs.Source, B.Attrs.Source);
