@@ -82,6 +82,7 @@ int guardArity(GuardKind K) {
   case GuardKind::EpilogueLambda:
     return 0;
   case GuardKind::NoTensorAliasing:
+  case GuardKind::ShapeExpr:
     return -1;
   default:
     return 1;

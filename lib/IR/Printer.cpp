@@ -92,6 +92,8 @@ static void printGuard(std::ostream &OS, const Guard &G) {
     OS << " str=" << quoteString(G.Str);
   if (G.Tensor != InvalidId)
     OS << " tensor=" << G.Tensor;
+  if (!G.Expr.empty())
+    OS << " expr=" << printShapeExpr(G.Expr);
   const GuardAttrs &A = G.Attrs;
   if (A.IsGlobal)
     OS << " global";

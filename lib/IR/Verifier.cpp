@@ -61,6 +61,8 @@ ObjectRule guardObject(GuardKind K) {
     return {Use::Required, bit(ObjectKind::Constant)};
   case GuardKind::GlobalState:
     return {Use::Optional, bit(ObjectKind::State)}; // kept for debugging
+  case GuardKind::ShapeExpr:
+    return {Use::Optional, bit(ObjectKind::Callable)}; // the Python fallback
   default:
     return {};
   }
@@ -89,6 +91,10 @@ ObjectRule valueKey(AccessorKind K) {
 /// -1 is Value::Index's "no index"; dict insertion indices are >= 0.
 bool needsIndex(AccessorKind K) {
   return K == AccessorKind::TupleGetItem || K == AccessorKind::ListGetItem;
+}
+/// Tensor dimensions (size / stride) are >= 0.
+bool needsDimIndex(AccessorKind K) {
+  return K == AccessorKind::TensorSize || K == AccessorKind::TensorStride;
 }
 bool needsDictIndex(AccessorKind K) {
   return K == AccessorKind::DictKey || K == AccessorKind::DictValue;
@@ -216,6 +222,11 @@ private:
                  " is " + spelling(S.value(V.Parent).Kind));
     if (needsIndex(V.Kind) && V.Index == -1)
       report(Diag::Value, I, Diag::Whole, Twine(Kind) + " needs index=N");
+    if (needsDimIndex(V.Kind) && V.Index < 0)
+      report(Diag::Value, I, Diag::Whole,
+             Twine(Kind) + " needs index=N (a dimension) with N >= 0");
+    if (V.Kind == AccessorKind::TensorStorageOffset && V.Index != -1)
+      report(Diag::Value, I, Diag::Whole, Twine(Kind) + " takes no index");
     if (needsDictIndex(V.Kind) && V.Index < 0)
       report(Diag::Value, I, Diag::Whole,
              Twine(Kind) + " needs index=N with N >= 0");
@@ -261,6 +272,18 @@ private:
     } else if (G.Tensor != InvalidId) {
       report(Diag::Guard, I, Diag::TensorRef,
              Twine(Kind) + " takes no tensor spec");
+    }
+    if (G.Kind == GuardKind::ShapeExpr) {
+      std::vector<ShapeType> Types;
+      size_t Bad = 0;
+      std::string Msg = inferShapeExprTypes(G.Expr, N, Types, &Bad);
+      if (!Msg.empty())
+        report(Diag::Guard, I, G.Expr.empty() ? Diag::Whole : Diag::ExprNode,
+               G.Expr.empty() ? Twine("shape_expr needs expr=(...)")
+                              : Twine(Msg),
+               static_cast<uint32_t>(Bad));
+    } else if (!G.Expr.empty()) {
+      report(Diag::Guard, I, Diag::Whole, Twine(Kind) + " takes no expr");
     }
     if (G.Kind == GuardKind::GlobalState && G.Str.empty())
       report(Diag::Guard, I, Diag::Whole,
@@ -348,6 +371,11 @@ bool guardjit::verifyGuardSet(const GuardSet &S, const GuardSetLocs &Locs,
         break;
       case Diag::TensorRef:
         Loc = E.at(E.Tensor);
+        break;
+      case Diag::ExprNode:
+        Loc = D.OperandIndex < E.ExprNodes.size()
+                  ? E.at(E.ExprNodes[D.OperandIndex])
+                  : E.Start;
         break;
       }
     }

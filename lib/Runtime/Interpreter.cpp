@@ -20,6 +20,7 @@
 #include "guardjit/Runtime/Interpreter.h"
 
 #include "guardjit/Runtime/RuntimeHelpers.h"
+#include "guardjit/Runtime/ShapeEval.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -159,6 +160,12 @@ private:
       return gj_rt_weakref_call(Parent);
     case AccessorKind::GlobalWeakRef:
       return gj_rt_global_weakref(Parent, Objs[V.Key]);
+    case AccessorKind::TensorSize:
+      return gj_rt_tensor_property(Parent, 0, V.Index);
+    case AccessorKind::TensorStride:
+      return gj_rt_tensor_property(Parent, 1, V.Index);
+    case AccessorKind::TensorStorageOffset:
+      return gj_rt_tensor_property(Parent, 2, V.Index);
     }
     return nullptr;
   }
@@ -186,12 +193,16 @@ bool guardjit::interpret(const BoundGuardSet &B, PyObject *FrameLocals) {
     gj_rt_read_local_state(&LS);
 
   const std::vector<Guard> &Guards = S.guards();
-  bool HasEpilogue = false;
+  bool HasEpilogue = false, HasShape = false;
   for (size_t I = 0, N = Guards.size(); I < N; ++I) {
     const Guard &G = Guards[I];
     PyObject *V = nullptr;
     if (G.Kind == GuardKind::EpilogueLambda) {
       HasEpilogue = true;
+      continue;
+    }
+    if (G.Kind == GuardKind::ShapeExpr) {
+      HasShape = true;
       continue;
     }
     if (G.Kind != GuardKind::NoTensorAliasing && !G.Operands.empty()) {
@@ -273,7 +284,8 @@ bool guardjit::interpret(const BoundGuardSet &B, PyObject *FrameLocals) {
       Pass = gj_rt_lambda(Objs[G.Object], V);
       break;
     case GuardKind::EpilogueLambda:
-      Pass = true; // handled above
+    case GuardKind::ShapeExpr:
+      Pass = true; // handled below
       break;
     }
     if (!Pass)
@@ -285,6 +297,27 @@ bool guardjit::interpret(const BoundGuardSet &B, PyObject *FrameLocals) {
        ++Id)
     if (!E.get(Id))
       return false;
+
+  // Shape guards are Dynamo's SHAPE_ENV epilogue: after every other guard.
+  if (HasShape)
+    for (const Guard &G : Guards) {
+      if (G.Kind != GuardKind::ShapeExpr)
+        continue;
+      F.Operands.clear();
+      for (ValueId Op : G.Operands)
+        F.Operands.push_back(E.get(Op)); // all read above: never null
+      switch (evalShapeExpr(G.Expr, F.Operands.data())) {
+      case ShapeOutcome::Pass:
+        break;
+      case ShapeOutcome::Fail:
+        return false;
+      case ShapeOutcome::Unknown:
+        // int64 / double cannot decide: Python does, or the guard fails.
+        if (G.Object == InvalidId || !gj_rt_lambda(Objs[G.Object], FrameLocals))
+          return false;
+        break;
+      }
+    }
 
   if (HasEpilogue)
     for (const Guard &G : Guards)

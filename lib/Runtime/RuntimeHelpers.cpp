@@ -56,6 +56,9 @@ bool guardjit::accessorReturnsNewRef(AccessorKind K) {
   case AccessorKind::CallFunctionNoArgs:
   case AccessorKind::WeakRefCall:
   case AccessorKind::GlobalWeakRef:
+  case AccessorKind::TensorSize:
+  case AccessorKind::TensorStride:
+  case AccessorKind::TensorStorageOffset:
     return true;
   case AccessorKind::Closure:
   case AccessorKind::FuncDefaults:

@@ -16,6 +16,8 @@
 #ifndef GUARDJIT_IR_GUARDSET_H
 #define GUARDJIT_IR_GUARDSET_H
 
+#include "guardjit/IR/ShapeExpr.h"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -43,7 +45,7 @@ std::optional<AccessorKind> parseAccessorKind(std::string_view S);
 
 /// Operands a guard of kind `K` reads: 0 for root guards over ambient state
 /// and epilogue lambdas (they receive the frame locals), -1 for "one or more"
-/// (NO_TENSOR_ALIASING), 1 otherwise. The one definition the verifier, the
+/// (NO_TENSOR_ALIASING, SHAPE_ENV expressions), 1 otherwise. The one definition the verifier, the
 /// binder and the lowering share.
 int guardArity(GuardKind K);
 /// Whether a guard of kind `K` needs its `Object` table entry (checked when
@@ -138,6 +140,8 @@ struct Guard {
   int64_t Int = 0;               ///< length, or the bool of DICT_CONTAINS
   std::string Str;               ///< serialized state (GLOBAL_STATE JSON)
   uint32_t Tensor = InvalidId;   ///< index into GuardSet::tensorSpecs()
+  /// SHAPE_ENV: the expression over the operands (empty for other kinds).
+  ShapeExpr Expr;
   GuardAttrs Attrs;
 };
 
