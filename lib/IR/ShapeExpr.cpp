@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace guardjit {
@@ -205,8 +206,13 @@ std::string printShapeFloat(double D) {
     return "nan";
   if (std::isinf(D))
     return D > 0 ? "inf" : "-inf";
+  // The shortest of %.15g..%.17g that reads back as the same double.
   char Buf[40];
-  std::snprintf(Buf, sizeof(Buf), "%.17g", D);
+  for (int Digits = 15; Digits <= 17; ++Digits) {
+    std::snprintf(Buf, sizeof(Buf), "%.*g", Digits, D);
+    if (std::strtod(Buf, nullptr) == D)
+      break;
+  }
   std::string S = Buf;
   if (S.find_first_of(".e") == std::string::npos)
     S += ".0";

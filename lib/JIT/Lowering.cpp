@@ -701,8 +701,9 @@ void Lowerer::emitShapeGuard(size_t Index) {
   std::string Msg = inferShapeExprTypes(G.Expr, G.Operands.size(), Types);
   assert(Msg.empty() && "validated before lowering");
   (void)Msg;
-  BasicBlock *Unknown = BasicBlock::Create(Ctx, P + ".unknown", F);
-  BasicBlock *Cont = BasicBlock::Create(Ctx, P + ".done", F);
+  // Inserted once their predecessors exist: the hot path reads in order.
+  BasicBlock *Unknown = BasicBlock::Create(Ctx, P + ".unknown");
+  BasicBlock *Cont = BasicBlock::Create(Ctx, P + ".done");
 
   // 1. Operand reads, each into an entry-block slot.
   std::vector<llvm::Value *> Reads(G.Operands.size(), nullptr);
@@ -729,6 +730,7 @@ void Lowerer::emitShapeGuard(size_t Index) {
   B.CreateCondBr(Root, Cont, FailTarget, Likely);
 
   // 3. Unknown: Python decides (its answer is Dynamo's), or the guard fails.
+  Unknown->insertInto(F);
   B.SetInsertPoint(Unknown);
   if (G.Object != InvalidId) {
     llvm::Value *Pass =
@@ -738,6 +740,7 @@ void Lowerer::emitShapeGuard(size_t Index) {
   } else {
     B.CreateBr(FailTarget);
   }
+  Cont->insertInto(F);
   B.SetInsertPoint(Cont);
 }
 

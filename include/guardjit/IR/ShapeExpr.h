@@ -71,8 +71,9 @@ std::string inferShapeExprTypes(const ShapeExpr &E, size_t NumOperands,
 
 /// The .gir spelling of `E`, e.g. `(le 2 (int $0))`.
 std::string printShapeExpr(const ShapeExpr &E);
-/// A float constant as the printer writes it: `%.17g` with a '.' or exponent
-/// (so it reads back as a float), or `inf`, `-inf`, `nan`.
+/// A float constant as the printer writes it: the shortest of `%.15g`,
+/// `%.16g`, `%.17g` that reads back as the same double, with a '.' or an
+/// exponent (so it lexes as a float), or `inf`, `-inf`, `nan`.
 std::string printShapeFloat(double D);
 
 } // namespace guardjit
