@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import sys
 import threading
 from typing import Any
 
@@ -28,7 +29,7 @@ import torch
 import torch._dynamo.guards as dynamo_guards
 from torch._C._dynamo import guards as C
 
-from guardjit import _core
+from guardjit import _core, shapes
 
 _GM = C.GuardManager
 _DGM = C.DictGuardManager
@@ -53,6 +54,18 @@ class Recording:
     unsupported: list[str] = dataclasses.field(default_factory=list)
     # Leaf guards per Dynamo guard kind, for the cross-check against the tree.
     recorded_kinds: dict[str, int] = dataclasses.field(default_factory=dict)
+    # For SHAPE_ENV translation: source string -> value id (first value with
+    # that source), value id -> example value, value id -> TENSOR_MATCH pytype,
+    # (tensor value id, accessor, index) -> tensor property value id.
+    by_source: dict[str, int] = dataclasses.field(default_factory=dict)
+    examples: dict[int, Any] = dataclasses.field(default_factory=dict)
+    tensor_types: dict[int, Any] = dataclasses.field(default_factory=dict)
+    tensor_props: dict[tuple[int, str, int], int] = dataclasses.field(default_factory=dict)
+    # SHAPE_ENV code parts checked natively / left in a Python epilogue, and
+    # why each of the latter was not translated.
+    shape_parts_native: int = 0
+    shape_parts_python: int = 0
+    shape_python_reasons: list[str] = dataclasses.field(default_factory=list)
 
     def object_id(self, kind: str, obj: Any, strong: bool) -> int:
         key = (kind, id(obj))
@@ -78,6 +91,9 @@ class _State(threading.local):
     def __init__(self) -> None:
         self.recordings: dict[int, Recording] = {}  # id(root) -> Recording
         self.owner: dict[int, Recording] = {}  # id(manager) -> Recording
+        # (code_parts, verbose_code_parts, scope) of the SHAPE_ENV lambda
+        # being installed, consumed by the add_epilogue_lambda_guard it makes.
+        self.shape: tuple[list[str], list[str], dict[str, Any]] | None = None
 
 
 _state = _State()
@@ -213,6 +229,8 @@ def _on_accessor(method: str, mgr: Any, child: Any, args: tuple, kwargs: dict) -
         name = g if isinstance(g, str) else ""
     vid = rec.ir.add_value(kind, parent, source, name, index, key)
     rec.nodes[id(child)] = (child, vid, example)
+    rec.by_source.setdefault(source, vid)
+    rec.examples[vid] = example
     _state.owner[id(child)] = rec
     if isinstance(child, _DGM):
         # DictGuardManager itself checks the exact type and the size of the
@@ -350,6 +368,7 @@ def _leaf_tensor_match(rec, mgr, value, sizes, strides, name, parts, stack, pyty
     strides = list(strides) if len(strides) or value.dim() == 0 else list(value.stride())
     spec = rec.ir.add_tensor_spec(value, rec.object_id("type", pytype, False), applied.raw_repr(),
                                   sizes, strides)
+    rec.tensor_types[_node(rec, mgr)[0]] = pytype
     _add(rec, mgr, "tensor_match", "TENSOR_MATCH", parts, stack, dedup=True, tensor=spec,
          parameter=isinstance(value, torch.nn.Parameter))
 
@@ -370,8 +389,57 @@ def _leaf_dict_version(rec, mgr, value, parts, stack):
 
 
 def _leaf_epilogue_lambda(rec, mgr, fn, parts, stack):
+    shape, _state.shape = _state.shape, None
+    if shape is not None:
+        return _record_shape_env(rec, mgr, fn, stack, *shape)
     _add(rec, mgr, "epilogue_lambda", "LAMBDA_GUARD", parts, stack,
          object=rec.object_id("callable", fn, True))
+
+
+def _tensor_property(rec: Recording, vid: int, kind: str, index: int, source: str) -> int:
+    key = (vid, kind, index)
+    pvid = rec.tensor_props.get(key)
+    if pvid is None:
+        pvid = rec.ir.add_value(kind, vid, source, "", index, -1)
+        rec.tensor_props[key] = pvid
+    return pvid
+
+
+def _record_shape_env(rec: Recording, mgr: Any, fn: Any, stack: Any, code_parts: list[str],
+                      verbose_parts: list[str], scope: dict[str, Any]) -> None:
+    """Mirrors Dynamo's SHAPE_ENV epilogue lambda (guards.py, GuardBuilder.SHAPE_ENV)
+    as one shape_expr guard per translated code part, plus one epilogue lambda
+    over the parts left in Python (see guardjit/shapes.py)."""
+    def resolve(source: str):
+        vid = rec.by_source.get(source)
+        if vid is None:
+            return None
+        return vid, rec.examples.get(vid), rec.tensor_types.get(vid)
+
+    tr = shapes.Translator(resolve, lambda v, k, i, s: _tensor_property(rec, v, k, i, s), scope)
+    file, line = _user_loc(stack)
+    python_parts: list[str] = []
+    for i, code in enumerate(code_parts):
+        verbose = str(verbose_parts[i]) if i < len(verbose_parts) else code
+        try:
+            expr, operands = tr.translate(code)
+            fallback = shapes.python_guard([code], scope)
+            rec.ir.add_guard("shape_expr", operands,
+                             object=rec.object_id("callable", fallback, True),
+                             file=file, line=line, verbose=verbose, expr=expr)
+            rec.shape_parts_native += 1
+        except Exception as e:  # Unsupported, or a ValueError from the IR
+            python_parts.append(code)
+            rec.shape_parts_python += 1
+            rec.shape_python_reasons.append(f"{code}: {e}")
+    rec.recorded_kinds["LAMBDA_GUARD"] = rec.recorded_kinds.get("LAMBDA_GUARD", 0) + 1
+    if not python_parts:
+        return
+    # Dynamo's own function when nothing was translated; else the rest.
+    rest = fn if len(python_parts) == len(code_parts) else shapes.python_guard(python_parts, scope)
+    file_parts = [p for p, c in zip(verbose_parts, code_parts) if c in python_parts]
+    rec.ir.add_guard("epilogue_lambda", [], object=rec.object_id("callable", rest, True),
+                     source="L", file=file, line=line, verbose=_first(file_parts))
 
 
 _LEAVES: dict[str, Any] = {
@@ -505,11 +573,38 @@ def install() -> None:
         setattr(dynamo_guards, name, wrapper)
 
     _mirror_mode_flag()
+    _wrap_shape_env_lambda()
     wrap_install("install_no_tensor_aliasing_guard", _on_no_tensor_aliasing)
     for name in ("install_object_aliasing_guard", "install_storage_overlapping_guard",
                  "install_symbolic_shape_guard"):
         wrap_install(name, functools.partial(_on_unsupported_install, name))
     _installed = True
+
+
+def _wrap_shape_env_lambda() -> None:
+    """Notes the code parts of the SHAPE_ENV epilogue lambda: Dynamo passes
+    them to GuardBuilder.add_python_lambda_leaf_guard_to_root, which builds
+    the function and adds it with root.add_epilogue_lambda_guard (recorded
+    by _leaf_epilogue_lambda, which consumes the note)."""
+    builder = dynamo_guards.GuardBuilder
+    orig = builder.add_python_lambda_leaf_guard_to_root
+
+    @functools.wraps(orig)
+    def wrapper(self, code_parts, verbose_code_parts, closure_vars=None, is_epilogue=True):
+        caller = sys._getframe(1).f_code.co_name
+        if caller == "SHAPE_ENV" and is_epilogue and closure_vars is not None:
+            try:
+                scope = {"G": self.scope["G"], **closure_vars}
+                _state.shape = (list(code_parts), list(verbose_code_parts), scope)
+            except Exception:
+                _state.shape = None  # recorded as an opaque epilogue lambda
+        try:
+            return orig(self, code_parts, verbose_code_parts, closure_vars, is_epilogue)
+        finally:
+            _state.shape = None
+
+    _originals.append((builder, "add_python_lambda_leaf_guard_to_root", orig))
+    builder.add_python_lambda_leaf_guard_to_root = wrapper
 
 
 def _mirror_mode_flag() -> None:

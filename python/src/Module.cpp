@@ -10,6 +10,7 @@
 #include "TensorFields.h"
 
 #include "guardjit/IR/GuardSet.h"
+#include "guardjit/IR/Parser.h"
 #include "guardjit/IR/Printer.h"
 #include "guardjit/JIT/Engine.h"
 #include "guardjit/Runtime/BoundGuardSet.h"
@@ -159,7 +160,8 @@ PYBIND11_MODULE(_core, M) {
              int64_t Int, const std::string &Str, int64_t Tensor,
              const std::string &Source, bool IsGlobal, bool NNModule,
              bool BuiltinNNModule, bool Parameter, const std::string &File,
-             uint32_t Line, const std::string &Verbose) {
+             uint32_t Line, const std::string &Verbose,
+             const std::string &Expr) {
             auto K = parseGuardKind(Kind);
             if (!K)
               throw py::value_error("unknown guard kind '" + Kind + "'");
@@ -187,6 +189,20 @@ PYBIND11_MODULE(_core, M) {
             G.Attrs.IsParameter = Parameter;
             G.Attrs.Loc = {File, Line};
             G.Attrs.VerboseCode = Verbose;
+            if (!Expr.empty()) {
+              // A shape expression in its .gir spelling, type-checked here so
+              // that the caller learns of a bad translation at once.
+              llvm::Expected<ShapeExpr> E = parseShapeExprString(Expr);
+              if (!E)
+                throw py::value_error(llvm::toString(E.takeError()));
+              std::vector<ShapeType> Types;
+              std::string Msg =
+                  inferShapeExprTypes(*E, G.Operands.size(), Types);
+              if (!Msg.empty())
+                throw py::value_error("shape expression '" + Expr +
+                                      "': " + Msg);
+              G.Expr = std::move(*E);
+            }
             S.addGuard(std::move(G));
           },
           py::arg("kind"), py::arg("operands"), py::arg("object") = -1,
@@ -194,7 +210,8 @@ PYBIND11_MODULE(_core, M) {
           py::arg("tensor") = -1, py::arg("source") = "",
           py::arg("is_global") = false, py::arg("nn_module") = false,
           py::arg("builtin_nn_module") = false, py::arg("parameter") = false,
-          py::arg("file") = "", py::arg("line") = 0, py::arg("verbose") = "")
+          py::arg("file") = "", py::arg("line") = 0, py::arg("verbose") = "",
+          py::arg("expr") = "")
       .def_property_readonly("num_guards",
                              [](const GuardSet &S) { return S.guards().size(); })
       .def_property_readonly("num_values",
