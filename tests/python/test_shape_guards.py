@@ -130,7 +130,8 @@ def test_shape_guards_convert_natively(name):
     after = plugin.stats()
     assert after["shape_parts_native"] - before["shape_parts_native"] == kinds["SHAPE_ENV"]
     assert after["shape_parts_python"] == before["shape_parts_python"]
-    assert unit.python_guards == 0
+    # Only the ambient saved-tensor-hooks LAMBDA_GUARD is called as Python.
+    assert unit.python_guards == kinds.get("LAMBDA_GUARD", 0) <= 1
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
