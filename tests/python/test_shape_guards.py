@@ -205,3 +205,46 @@ def test_python_guard_has_dynamo_truth_rules():
     assert g({"a": -3, "b": -3}) is False
     with pytest.raises(ZeroDivisionError):  # LAMBDA_GUARD turns a raise into a fail
         g({"a": 3, "b": 0})
+
+
+def test_untranslated_parts_stay_in_one_python_epilogue(monkeypatch):
+    """Parts the translator refuses keep Dynamo's answer through one Python
+    epilogue lambda over exactly those parts."""
+    real = shapes.Translator.translate
+
+    def refuse_strides(self, code):
+        if "stride" in code:
+            raise shapes.Unsupported("refused by the test")
+        return real(self, code)
+
+    monkeypatch.setattr(shapes.Translator, "translate", refuse_strides)
+    before = plugin.stats()
+    fn, unit, _ = _compile("transpose_add")
+    assert unit.status == "native", unit.reason
+    kinds = unit.ir.count_by_kind()
+    assert kinds.get("LAMBDA_GUARD (epilogue)") == 1
+    assert kinds.get("SHAPE_ENV", 0) > 0
+    after = plugin.stats()
+    assert after["shape_parts_python"] - before["shape_parts_python"] == 2  # x and y strides
+    names = fn.__code__.co_varnames[: fn.__code__.co_argcount]
+    stride_broken = (torch.randn(4, 3).transpose(0, 1), torch.randn(4, 3))
+    for args in CASES["transpose_add"][2]() + [stride_broken]:
+        f_locals = dict(unit.f_locals)
+        f_locals.update(zip(names, args))
+        expected = unit.dynamo_root.check(f_locals)
+        assert (unit.check(f_locals), unit.bound.interpret(f_locals)) == (expected,) * 2
+
+
+def test_cpp_symbolic_shape_guards_stay_on_dynamo_or_translate(monkeypatch):
+    """With enable_cpp_symbolic_shape_guards Dynamo installs a compiled C
+    function (install_symbolic_shape_guard); guardjit does not mirror that
+    tree yet, so the unit stays on Dynamo's path with the reason. Without a
+    C++ compiler Dynamo falls back to the Python lambda, which is translated."""
+    monkeypatch.setattr(torch._dynamo.config, "enable_cpp_symbolic_shape_guards", True)
+    fn, args = CASES["matmul"][0], CASES["matmul"][1]
+    guardjit.compile(fn, backend="eager", dynamic=True)(*args)
+    (unit,) = plugin.units()
+    if unit.status == "dynamo":
+        assert "not supported" in unit.reason, unit.reason
+    else:
+        assert unit.ir.count_by_kind().get("SHAPE_ENV", 0) > 0
