@@ -180,6 +180,15 @@ _ACCESSORS: dict[str, tuple[str, tuple[str, ...]]] = {
     "weakref_call_manager": ("weakref_call", ("source", "example_value", "guard_manager_enum")),
     "global_weakref_manager": ("global_weakref",
                                ("global_name", "source", "example_value", "guard_manager_enum")),
+    # Built only for the C++ symbolic shape guard (install_symbolic_shape_guard).
+    "tensor_property_size_manager": ("tensor_size",
+                                     ("idx", "source", "example_value", "guard_manager_enum")),
+    "tensor_property_stride_manager": ("tensor_stride",
+                                       ("idx", "source", "example_value", "guard_manager_enum")),
+    "tensor_property_storage_offset_manager": ("tensor_storage_offset",
+                                               ("idx", "source", "example_value",
+                                                "guard_manager_enum")),
+    "indexed_manager": ("indexed", ("idx", "source", "example_value", "guard_manager_enum")),
 }
 
 
@@ -202,6 +211,20 @@ def _on_accessor(method: str, mgr: Any, child: Any, args: tuple, kwargs: dict) -
         rec.fail("guards under an empty DictGuardManager are not supported yet")
     source = str(a.get("source", ""))
     example = a.get("example_value")
+    if kind == "indexed":
+        # IndexedGuardAccessor hands SYMBOLIC_SHAPE_GUARD the pair (idx, value):
+        # no read of its own, so its manager stands for the parent's value.
+        rec.nodes[id(child)] = (child, parent, parent_example)
+        _state.owner[id(child)] = rec
+        return
+    if kind in ("tensor_size", "tensor_stride", "tensor_storage_offset"):
+        idx = -1 if kind == "tensor_storage_offset" else int(a["idx"])
+        vid = _tensor_property(rec, parent, kind, idx, source)
+        rec.nodes[id(child)] = (child, vid, example)
+        _state.owner[id(child)] = rec
+        rec.by_source.setdefault(source, vid)
+        rec.examples[vid] = example
+        return
     name, index, key = "", -1, -1
     if kind == "frame_local":
         local_name, index = a["key"]
@@ -406,10 +429,13 @@ def _tensor_property(rec: Recording, vid: int, kind: str, index: int, source: st
 
 
 def _record_shape_env(rec: Recording, mgr: Any, fn: Any, stack: Any, code_parts: list[str],
-                      verbose_parts: list[str], scope: dict[str, Any]) -> None:
-    """Mirrors Dynamo's SHAPE_ENV epilogue lambda (guards.py, GuardBuilder.SHAPE_ENV)
+                      verbose_parts: list[str], scope: dict[str, Any],
+                      torch_kind: str = "LAMBDA_GUARD") -> None:
+    """Mirrors Dynamo's SHAPE_ENV guards (guards.py, GuardBuilder.SHAPE_ENV)
     as one shape_expr guard per translated code part, plus one epilogue lambda
-    over the parts left in Python (see guardjit/shapes.py)."""
+    over the parts left in Python (see guardjit/shapes.py). `fn` is Dynamo's
+    own lambda (None for the C++ guard); `torch_kind` the one tree guard the
+    parts replace."""
     def resolve(source: str):
         vid = rec.by_source.get(source)
         if vid is None:
@@ -432,11 +458,12 @@ def _record_shape_env(rec: Recording, mgr: Any, fn: Any, stack: Any, code_parts:
             python_parts.append(code)
             rec.shape_parts_python += 1
             rec.shape_python_reasons.append(f"{code}: {e}")
-    rec.recorded_kinds["LAMBDA_GUARD"] = rec.recorded_kinds.get("LAMBDA_GUARD", 0) + 1
+    rec.recorded_kinds[torch_kind] = rec.recorded_kinds.get(torch_kind, 0) + 1
     if not python_parts:
         return
     # Dynamo's own function when nothing was translated; else the rest.
-    rest = fn if len(python_parts) == len(code_parts) else shapes.python_guard(python_parts, scope)
+    rest = fn if fn is not None and len(python_parts) == len(code_parts) \
+        else shapes.python_guard(python_parts, scope)
     file_parts = [p for p, c in zip(verbose_parts, code_parts) if c in python_parts]
     rec.ir.add_guard("epilogue_lambda", [], object=rec.object_id("callable", rest, True),
                      source="L", file=file, line=line, verbose=_first(file_parts))
@@ -483,6 +510,27 @@ def _on_no_tensor_aliasing(managers: Any, names: Any, parts: Any, stack: Any) ->
     rec.ir.add_guard("no_tensor_aliasing", operands, source=", ".join(map(str, names)),
                      file=file, line=line, verbose=_first(parts))
     rec.recorded_kinds["NO_TENSOR_ALIASING"] = rec.recorded_kinds.get("NO_TENSOR_ALIASING", 0) + 1
+
+
+def _on_symbolic_shape(managers: Any, nr_int: Any, nr_float: Any, addr: Any, keepalive: Any,
+                       verbose: Any, stack: Any) -> None:
+    """install_symbolic_shape_guard (enable_cpp_symbolic_shape_guards): the
+    compiled C function checks SHAPE_ENV's C++ code parts; SHAPE_ENV computed
+    the equivalent Python code parts beside them (its `python_code_parts`),
+    which are translated exactly as for the Python epilogue lambda."""
+    recs = {id(r): r for r in (_state.owner.get(id(m)) for m in managers) if r is not None}
+    if len(recs) != 1:
+        raise LookupError("symbolic shape guard managers of no single recording")
+    rec = next(iter(recs.values()))
+    frame = sys._getframe(2)  # SHAPE_ENV -> wrap_install's wrapper -> here
+    if frame.f_code.co_name != "SHAPE_ENV":
+        raise LookupError("install_symbolic_shape_guard called outside SHAPE_ENV")
+    builder = frame.f_locals["self"]
+    parts = list(frame.f_locals["python_code_parts"].exprs)
+    vparts = list(frame.f_locals["verbose_code_parts"].exprs)
+    scope = {"G": builder.scope["G"], **dynamo_guards.SYMPY_INTERP,
+             **dynamo_guards._get_closure_vars()}
+    _record_shape_env(rec, None, None, stack, parts, vparts, scope, "SYMBOLIC_SHAPE_GUARD")
 
 
 def _on_unsupported_install(name: str, *managers_lists: Any) -> None:
@@ -575,8 +623,8 @@ def install() -> None:
     _mirror_mode_flag()
     _wrap_shape_env_lambda()
     wrap_install("install_no_tensor_aliasing_guard", _on_no_tensor_aliasing)
-    for name in ("install_object_aliasing_guard", "install_storage_overlapping_guard",
-                 "install_symbolic_shape_guard"):
+    wrap_install("install_symbolic_shape_guard", _on_symbolic_shape)
+    for name in ("install_object_aliasing_guard", "install_storage_overlapping_guard"):
         wrap_install(name, functools.partial(_on_unsupported_install, name))
     _installed = True
 
