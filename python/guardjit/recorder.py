@@ -66,6 +66,9 @@ class Recording:
     shape_parts_native: int = 0
     shape_parts_python: int = 0
     shape_python_reasons: list[str] = dataclasses.field(default_factory=list)
+    # id(manager) of indexed_manager children: they stand for their parent's
+    # value only as SYMBOLIC_SHAPE_GUARD feeders; a leaf guard there is refused.
+    indexed: set[int] = dataclasses.field(default_factory=set)
 
     def object_id(self, kind: str, obj: Any, strong: bool) -> int:
         key = (kind, id(obj))
@@ -215,6 +218,7 @@ def _on_accessor(method: str, mgr: Any, child: Any, args: tuple, kwargs: dict) -
         # IndexedGuardAccessor hands SYMBOLIC_SHAPE_GUARD the pair (idx, value):
         # no read of its own, so its manager stands for the parent's value.
         rec.nodes[id(child)] = (child, parent, parent_example)
+        rec.indexed.add(id(child))
         _state.owner[id(child)] = rec
         return
     if kind in ("tensor_size", "tensor_stride", "tensor_storage_offset"):
@@ -282,6 +286,8 @@ _NO_OPERAND = frozenset({"global_state", "default_device", "torch_function_mode_
 def _add(rec: Recording, mgr: Any, kind: str, torch_kind: str, parts: Any, stack: Any,
          dedup: bool = False, **fields: Any) -> None:
     vid, example = _node(rec, mgr)
+    if id(mgr) in rec.indexed:
+        rec.fail("leaf guards under an indexed_manager are not supported")
     if isinstance(mgr, _DGM) and not example:
         # An empty DictGuardManager passes after its type and size checks
         # without running its leaves; the IR has no such short circuit yet.
