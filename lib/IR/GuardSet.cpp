@@ -86,6 +86,7 @@ int guardArity(GuardKind K) {
     return 2;
   case GuardKind::NoTensorAliasing:
   case GuardKind::StorageOverlapping:
+  case GuardKind::ShapeExpr:
     return -1;
   default:
     return 1;

@@ -76,6 +76,12 @@ Token Lexer::lex() {
       return make(Token::Colon, TokStart);
     case '?':
       return make(Token::Question, TokStart);
+    case '(':
+      return make(Token::LParen, TokStart);
+    case ')':
+      return make(Token::RParen, TokStart);
+    case '$':
+      return lexRef(Token::OperandRef, TokStart);
     case '"':
       return lexString(TokStart);
     case '%':
@@ -85,6 +91,12 @@ Token Lexer::lex() {
     default:
       if (llvm::isDigit(C) || (C == '-' && Cur != End && llvm::isDigit(*Cur)))
         return lexNumber(TokStart);
+      // `-inf`, the one negative float constant that is not a number token.
+      if (C == '-' && llvm::StringRef(Cur, End - Cur).starts_with("inf") &&
+          (Cur + 3 == End || !isIdentChar(Cur[3]))) {
+        Cur += 3;
+        return make(Token::Identifier, TokStart);
+      }
       if (isIdentStart(C)) {
         while (Cur != End && isIdentChar(*Cur))
           ++Cur;
@@ -108,6 +120,34 @@ Token Lexer::lexNumber(const char *TokStart) {
   } else {
     while (Cur != End && llvm::isDigit(*Cur))
       ++Cur;
+    // A float: digits '.' digits* and/or an exponent (shape expressions).
+    bool IsFloat = false;
+    if (Cur != End && *Cur == '.') {
+      IsFloat = true;
+      ++Cur;
+      while (Cur != End && llvm::isDigit(*Cur))
+        ++Cur;
+    }
+    if (Cur != End && (*Cur == 'e' || *Cur == 'E')) {
+      const char *Exp = Cur + 1;
+      if (Exp != End && (*Exp == '+' || *Exp == '-'))
+        ++Exp;
+      if (Exp != End && llvm::isDigit(*Exp)) {
+        IsFloat = true;
+        Cur = Exp;
+        while (Cur != End && llvm::isDigit(*Cur))
+          ++Cur;
+      }
+    }
+    if (IsFloat) {
+      if (Cur != End && isIdentChar(*Cur)) {
+        while (Cur != End && isIdentChar(*Cur))
+          ++Cur;
+        return error(TokStart, TokStart,
+                     "invalid number '" + std::string(TokStart, Cur) + "'");
+      }
+      return make(Token::Float, TokStart);
+    }
   }
   // "12ab" is one bad token, not a number followed by an identifier.
   if (Cur != End && isIdentChar(*Cur)) {

@@ -25,6 +25,8 @@ struct Token {
     ValueRef,   ///< %N (Text is N)
     ObjectRef,  ///< #N (Text is N)
     Integer,    ///< -?[0-9]+ or 0x[0-9a-fA-F]+
+    Float,      ///< -?[0-9]+(.[0-9]*)?([eE][+-]?[0-9]+)? with a '.' or 'e'
+    OperandRef, ///< $N, an operand of a shape expression (Text is N)
     String,     ///< "..." (Text is the quoted spelling; Lexer::stringValue())
     LBrace,
     RBrace,
@@ -34,6 +36,8 @@ struct Token {
     Comma,
     Colon,
     Question,
+    LParen,
+    RParen,
   };
   Kind K = Eof;
   llvm::StringRef Text; ///< points into the buffer

@@ -17,6 +17,7 @@
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cmath>
 #include <limits>
 
 using namespace guardjit;
@@ -82,10 +83,23 @@ private:
   bool parseValue(ParsedGuardSet &P, bool &RootSeen);
   bool parseGuard(ParsedGuardSet &P);
 
+public:
+  /// A shape expression node and its arguments, appended in post-order to
+  /// `E` (the node's location to `Locs`).
+  bool parseShapeExpr(ShapeExpr &E, std::vector<SMLoc> &Locs);
+  /// Fails unless the input ends here.
+  bool expectEnd() {
+    if (Tok.is(Token::Eof) || Tok.is(Token::Eol))
+      return false;
+    return error("unexpected text after the shape expression");
+  }
+
+private:
   llvm::SourceMgr &SM;
   Lexer Lex;
   Token Tok;
   bool HadError = false;
+  unsigned ExprDepth = 0;
 };
 
 } // namespace
@@ -605,6 +619,8 @@ bool Parser::parseGuard(ParsedGuardSet &P) {
                parseUInt32(A.Loc.Line, "the line of loc");
     else if (Name == "verbose")
       Failed = parseString(A.VerboseCode, Name);
+    else if (Name == "expr")
+      Failed = parseShapeExpr(G.Expr, Loc.ExprNodes);
     else
       return error(NameLoc, "unknown guard attribute '" + Name + "'");
     if (Failed)
@@ -612,6 +628,75 @@ bool Parser::parseGuard(ParsedGuardSet &P) {
   }
   P.Set.guards().push_back(std::move(G));
   P.Locs.Guards.push_back(std::move(Loc));
+  return false;
+}
+
+bool Parser::parseShapeExpr(ShapeExpr &E, std::vector<SMLoc> &Locs) {
+  // Deep nesting is the only way to make this recursion overflow the stack;
+  // real shape guards nest a few levels.
+  if (++ExprDepth > 256) {
+    --ExprDepth;
+    return error("shape expression nested too deeply");
+  }
+  struct DepthGuard {
+    unsigned &D;
+    ~DepthGuard() { --D; }
+  } Depth{ExprDepth};
+  SMLoc Loc = Tok.loc();
+  ShapeNode N;
+  if (Tok.is(Token::Integer)) {
+    N.Op = ShapeOp::ConstInt;
+    if (parseInt64(N.Int, "an integer constant"))
+      return true;
+  } else if (Tok.is(Token::Float) ||
+             (Tok.is(Token::Identifier) &&
+              (Tok.Text == "inf" || Tok.Text == "-inf" || Tok.Text == "nan"))) {
+    N.Op = ShapeOp::ConstFloat;
+    if (Tok.Text == "inf" || Tok.Text == "-inf")
+      N.Float = Tok.Text == "inf" ? std::numeric_limits<double>::infinity()
+                                  : -std::numeric_limits<double>::infinity();
+    else if (Tok.Text == "nan")
+      N.Float = std::numeric_limits<double>::quiet_NaN();
+    else if (Tok.Text.getAsDouble(N.Float, /*AllowInexact=*/true) ||
+             !std::isfinite(N.Float))
+      return error("float constant out of range");
+    consume();
+  } else if (Tok.is(Token::LParen)) {
+    consume();
+    if (!Tok.is(Token::Identifier))
+      return error("expected a shape operator after '('");
+    std::optional<ShapeOp> Op = parseShapeOp(Tok.Text.str());
+    std::string OpName;
+    if (!Op || *Op == ShapeOp::ConstInt || *Op == ShapeOp::ConstFloat)
+      return error("unknown shape operator '" + Tok.Text + "'");
+    N.Op = *Op;
+    OpName = std::string(spelling(N.Op));
+    consume();
+    if (N.Op == ShapeOp::ReadInt || N.Op == ShapeOp::ReadFloat) {
+      if (!Tok.is(Token::OperandRef))
+        return error("expected an operand '$N' after '" + OpName +
+                     "'");
+      uint32_t Index;
+      if (Tok.Text.getAsInteger(10, Index))
+        return error("operand index out of range");
+      N.Int = Index;
+      consume();
+    } else {
+      while (!Tok.is(Token::RParen)) {
+        if (atEntityEnd(Tok))
+          return error("expected ')' to close '" + OpName + "'");
+        if (parseShapeExpr(E, Locs))
+          return true;
+        N.Args.push_back(static_cast<uint32_t>(E.size() - 1));
+      }
+    }
+    if (expect(Token::RParen, "expected ')' to close '" + OpName + "'"))
+      return true;
+  } else {
+    return error("expected a shape expression: an integer, a float or '('");
+  }
+  E.push_back(std::move(N));
+  Locs.push_back(Loc);
   return false;
 }
 
@@ -649,4 +734,25 @@ guardjit::parseGirString(StringRef Text, StringRef BufferName) {
   for (ParsedGuardSet &P : *Parsed)
     Sets.push_back(std::move(P.Set));
   return Sets;
+}
+
+llvm::Expected<ShapeExpr> guardjit::parseShapeExprString(StringRef Text) {
+  llvm::SourceMgr SM;
+  std::string Diags;
+  llvm::raw_string_ostream OS(Diags);
+  SM.setDiagHandler(
+      [](const llvm::SMDiagnostic &D, void *Ctx) {
+        D.print(/*ProgName=*/nullptr, *static_cast<llvm::raw_ostream *>(Ctx),
+                /*ShowColors=*/false);
+      },
+      &OS);
+  unsigned Id = SM.AddNewSourceBuffer(
+      llvm::MemoryBuffer::getMemBufferCopy(Text, "<expr>"), SMLoc());
+  Parser P(SM, Id);
+  ShapeExpr E;
+  std::vector<SMLoc> Locs;
+  if (P.parseShapeExpr(E, Locs) || P.expectEnd())
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   StringRef(Diags).rtrim("\n"));
+  return E;
 }

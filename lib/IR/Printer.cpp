@@ -100,6 +100,8 @@ static void printGuard(std::ostream &OS, const Guard &G) {
     OS << " tensor=" << G.Tensor;
   if (G.Origin != InvalidId)
     OS << " origin=" << G.Origin;
+  if (!G.Expr.empty())
+    OS << " expr=" << printShapeExpr(G.Expr);
   const GuardAttrs &A = G.Attrs;
   OS << " source=" << quoteString(A.Source);
   if (!A.Loc.empty() || A.Loc.Line != 0)

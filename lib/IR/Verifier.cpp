@@ -80,6 +80,8 @@ ObjectRule guardObject(GuardKind K) {
     return {Use::Required, bit(ObjectKind::Key) | bit(ObjectKind::Constant)};
   case GuardKind::DualLevelMatch: // the torch.autograd.forward_ad module
     return {Use::Required, bit(ObjectKind::Object) | bit(ObjectKind::State)};
+  case GuardKind::ShapeExpr:
+    return {Use::Optional, bit(ObjectKind::Callable)}; // the Python fallback
   default:
     return {};
   }
@@ -110,6 +112,10 @@ bool needsIndex(AccessorKind K) {
   return K == AccessorKind::TupleGetItem || K == AccessorKind::ListGetItem ||
          K == AccessorKind::SetGetItem ||
          K == AccessorKind::TupleIteratorGetItem;
+}
+/// Tensor dimensions (size / stride) are >= 0.
+bool needsDimIndex(AccessorKind K) {
+  return K == AccessorKind::TensorSize || K == AccessorKind::TensorStride;
 }
 bool needsDictIndex(AccessorKind K) {
   return K == AccessorKind::DictKey || K == AccessorKind::DictValue;
@@ -237,6 +243,11 @@ private:
                  " is " + spelling(S.value(V.Parent).Kind));
     if (needsIndex(V.Kind) && V.Index == -1)
       report(Diag::Value, I, Diag::Whole, Twine(Kind) + " needs index=N");
+    if (needsDimIndex(V.Kind) && V.Index < 0)
+      report(Diag::Value, I, Diag::Whole,
+             Twine(Kind) + " needs index=N (a dimension) with N >= 0");
+    if (V.Kind == AccessorKind::TensorStorageOffset && V.Index != -1)
+      report(Diag::Value, I, Diag::Whole, Twine(Kind) + " takes no index");
     if (needsDictIndex(V.Kind) && V.Index < 0)
       report(Diag::Value, I, Diag::Whole,
              Twine(Kind) + " needs index=N with N >= 0");
@@ -305,6 +316,18 @@ private:
              "storage_overlapping needs int=K with 0 <= K <= " + Twine(N) +
                  " (the overlapping operands come first), got " +
                  Twine(G.Int));
+    if (G.Kind == GuardKind::ShapeExpr) {
+      std::vector<ShapeType> Types;
+      size_t Bad = 0;
+      std::string Msg = inferShapeExprTypes(G.Expr, N, Types, &Bad);
+      if (!Msg.empty())
+        report(Diag::Guard, I, G.Expr.empty() ? Diag::Whole : Diag::ExprNode,
+               G.Expr.empty() ? Twine("shape_expr needs expr=(...)")
+                              : Twine(Msg),
+               static_cast<uint32_t>(Bad));
+    } else if (!G.Expr.empty()) {
+      report(Diag::Guard, I, Diag::Whole, Twine(Kind) + " takes no expr");
+    }
     if (G.Kind == GuardKind::GlobalState && G.Str.empty())
       report(Diag::Guard, I, Diag::Whole,
              "global_state needs str=\"...\" (GlobalStateGuard's JSON state)");
@@ -394,6 +417,11 @@ bool guardjit::verifyGuardSet(const GuardSet &S, const GuardSetLocs &Locs,
         break;
       case Diag::OriginRef:
         Loc = E.at(E.Origin);
+        break;
+      case Diag::ExprNode:
+        Loc = D.OperandIndex < E.ExprNodes.size()
+                  ? E.at(E.ExprNodes[D.OperandIndex])
+                  : E.Start;
         break;
       }
     }

@@ -162,6 +162,18 @@ BoundGuardSet::bind(std::shared_ptr<const GuardSet> SetPtr,
       if (!PyCallable_Check(obj(G.Object)))
         return Fail(describeGuard(S, I) + ": object must be callable");
       break;
+    case GuardKind::ShapeExpr: {
+      // The evaluators trust the expression: check it as the verifier does.
+      std::vector<ShapeType> Types;
+      std::string Msg =
+          inferShapeExprTypes(G.Expr, G.Operands.size(), Types);
+      if (!Msg.empty())
+        return Fail(describeGuard(S, I) + ": " + Msg);
+      if (G.Object != InvalidId &&
+          (!objectOk(G.Object) || !PyCallable_Check(obj(G.Object))))
+        return Fail(describeGuard(S, I) + ": fallback must be callable");
+      break;
+    }
     case GuardKind::DefaultDevice:
       if (!objectOk(G.Aux) || !PyDict_Check(obj(G.Aux)))
         return Fail(describeGuard(S, I) +

@@ -20,6 +20,7 @@
 #include "guardjit/Runtime/Interpreter.h"
 
 #include "guardjit/Runtime/RuntimeHelpers.h"
+#include "guardjit/Runtime/ShapeEval.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -165,6 +166,12 @@ private:
       return gj_rt_set_get_item(Parent, V.Index);
     case AccessorKind::TupleIteratorGetItem:
       return gj_rt_tuple_iterator_get_item(Parent, V.Index);
+    case AccessorKind::TensorSize:
+      return gj_rt_tensor_property(Parent, 0, V.Index);
+    case AccessorKind::TensorStride:
+      return gj_rt_tensor_property(Parent, 1, V.Index);
+    case AccessorKind::TensorStorageOffset:
+      return gj_rt_tensor_property(Parent, 2, V.Index);
     }
     return nullptr;
   }
@@ -192,12 +199,16 @@ bool guardjit::interpret(const BoundGuardSet &B, PyObject *FrameLocals) {
     gj_rt_read_local_state(&LS);
 
   const std::vector<Guard> &Guards = S.guards();
-  bool HasEpilogue = false;
+  bool HasEpilogue = false, HasShape = false;
   for (size_t I = 0, N = Guards.size(); I < N; ++I) {
     const Guard &G = Guards[I];
     PyObject *V = nullptr;
     if (G.Kind == GuardKind::EpilogueLambda) {
       HasEpilogue = true;
+      continue;
+    }
+    if (G.Kind == GuardKind::ShapeExpr) {
+      HasShape = true;
       continue;
     }
     // Multi-operand guards read all their operands below.
@@ -312,7 +323,8 @@ bool guardjit::interpret(const BoundGuardSet &B, PyObject *FrameLocals) {
       Pass = gj_rt_lambda(Objs[G.Object], V);
       break;
     case GuardKind::EpilogueLambda:
-      Pass = true; // handled above
+    case GuardKind::ShapeExpr:
+      Pass = true; // handled below
       break;
     }
     if (!Pass)
@@ -324,6 +336,27 @@ bool guardjit::interpret(const BoundGuardSet &B, PyObject *FrameLocals) {
        ++Id)
     if (!E.get(Id))
       return false;
+
+  // Shape guards are Dynamo's SHAPE_ENV epilogue: after every other guard.
+  if (HasShape)
+    for (const Guard &G : Guards) {
+      if (G.Kind != GuardKind::ShapeExpr)
+        continue;
+      F.Operands.clear();
+      for (ValueId Op : G.Operands)
+        F.Operands.push_back(E.get(Op)); // all read above: never null
+      switch (evalShapeExpr(G.Expr, F.Operands.data())) {
+      case ShapeOutcome::Pass:
+        break;
+      case ShapeOutcome::Fail:
+        return false;
+      case ShapeOutcome::Unknown:
+        // int64 / double cannot decide: Python does, or the guard fails.
+        if (G.Object == InvalidId || !gj_rt_lambda(Objs[G.Object], FrameLocals))
+          return false;
+        break;
+      }
+    }
 
   if (HasEpilogue)
     for (const Guard &G : Guards)

@@ -62,6 +62,9 @@ bool guardjit::accessorReturnsNewRef(AccessorKind K) {
   case AccessorKind::GlobalWeakRef:
   case AccessorKind::Grad:
   case AccessorKind::SetGetItem:
+  case AccessorKind::TensorSize:
+  case AccessorKind::TensorStride:
+  case AccessorKind::TensorStorageOffset:
     return true;
   case AccessorKind::TupleIteratorGetItem:
   case AccessorKind::Closure:

@@ -556,10 +556,42 @@ void release(const Guard &G, void *Payload) {
   }
 }
 
+//===----------------------------------------------------------------------===//
+// Tensor properties (TensorPropertyGuardAccessor)
+//===----------------------------------------------------------------------===//
+
+/// torch's TensorPropertyGuardAccessor<SIZE|STRIDE|STORAGE_OFFSET>: a
+/// THPVariable (subclasses too), an index below dim() for sizes and strides,
+/// and a concrete value (`maybe_as_int()`; a symbolic one fails).
+int tensorProperty(PyObject *Value, int Property, int64_t Index,
+                   int64_t *Out) {
+  if (!THPVariable_Check(Value))
+    return 0;
+  try {
+    const at::Tensor &T = THPVariable_Unpack(Value);
+    std::optional<int64_t> V;
+    if (Property == 2) {
+      V = T.sym_storage_offset().maybe_as_int();
+    } else {
+      if (Index < 0 || Index >= T.dim())
+        return 0;
+      V = Property == 0 ? T.sym_size(Index).maybe_as_int()
+                        : T.sym_stride(Index).maybe_as_int();
+    }
+    if (!V)
+      return 0;
+    *Out = *V;
+    return 1;
+  } catch (...) {
+    return 0; // e.g. strides of a sparse tensor: the read fails
+  }
+}
+
 const TorchHooks AtenHooks = {readLocalState, tensorMatch,
                               globalState,    torchFunctionModeStack,
                               prepare,        release,
-                              tensorGrad,     storageOverlapping};
+                              tensorGrad,     storageOverlapping,
+                              tensorProperty};
 
 } // namespace
 

@@ -36,7 +36,7 @@ from torch._guards import CompileContext
 
 from guardjit import _core, recorder
 
-_PYTHON_GUARDS = ("LAMBDA_GUARD",)
+_PYTHON_GUARDS = ("LAMBDA_GUARD", "LAMBDA_GUARD (epilogue)")
 
 # GUARDJIT_LOGS=info|debug prints each conversion (debug) and each compile
 # unit left on Dynamo's path with its reason (info), like TORCH_LOGS.
@@ -192,7 +192,9 @@ def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
         return _fallback(compile_id, total,
                          "native check disagrees with Dynamo on the compile-time frame locals", code)
 
-    python_guards = sum(n for k, n in tree.items() if k in _PYTHON_GUARDS)
+    # Guards guardjit calls as Python: its own lambda guards (a SHAPE_ENV
+    # lambda whose parts all became shape_expr guards is not one).
+    python_guards = sum(n for k, n in ir.count_by_kind().items() if k in _PYTHON_GUARDS)
     new_root = RootGuardManager()
     new_root.add_lambda_guard(
         check, [f"guardjit: native check of {ir.num_guards} guards ({compile_id})"], None)
@@ -209,6 +211,10 @@ def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
     _counters["guards_native"] += total - python_guards
     _counters["guards_python"] += python_guards
     _counters["compile_ms_total"] += compile_ms
+    _counters["shape_parts_native"] += rec.shape_parts_native
+    _counters["shape_parts_python"] += rec.shape_parts_python
+    for why in rec.shape_python_reasons:
+        log.debug("compile unit %s: shape guard left in Python: %s", compile_id, why)
     if config.keep_units:
         _units.append(Unit(
             name=compile_id, status=status, guards=total, python_guards=python_guards,
@@ -284,6 +290,10 @@ def stats() -> dict[str, Any]:
         "native_fraction": (c.get("guards_native", 0) / total) if total else 0.0,
         "sets_native_fraction": (converted / seen) if seen else 0.0,
         "compile_ms_total": c.get("compile_ms_total", 0.0),
+        # SHAPE_ENV code parts of converted units checked as native shape
+        # expressions / left in a Python epilogue lambda.
+        "shape_parts_native": c.get("shape_parts_native", 0),
+        "shape_parts_python": c.get("shape_parts_python", 0),
         "fallback_reasons": dict(_reasons),
     }
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import sys
 import threading
 from typing import Any
 
@@ -28,7 +29,7 @@ import torch
 import torch._dynamo.guards as dynamo_guards
 from torch._C._dynamo import guards as C
 
-from guardjit import _core, stable_text
+from guardjit import _core, shapes, stable_text
 
 _GM = C.GuardManager
 _DGM = C.DictGuardManager
@@ -68,6 +69,21 @@ class Recording:
             self.origins[id(guard)] = oid
             self.keep.append(guard)
         return oid
+    # For SHAPE_ENV translation: source string -> value id (first value with
+    # that source), value id -> example value, value id -> TENSOR_MATCH pytype,
+    # (tensor value id, accessor, index) -> tensor property value id.
+    by_source: dict[str, int] = dataclasses.field(default_factory=dict)
+    examples: dict[int, Any] = dataclasses.field(default_factory=dict)
+    tensor_types: dict[int, Any] = dataclasses.field(default_factory=dict)
+    tensor_props: dict[tuple[int, str, int], int] = dataclasses.field(default_factory=dict)
+    # SHAPE_ENV code parts checked natively / left in a Python epilogue, and
+    # why each of the latter was not translated.
+    shape_parts_native: int = 0
+    shape_parts_python: int = 0
+    shape_python_reasons: list[str] = dataclasses.field(default_factory=list)
+    # id(manager) of indexed_manager children: they stand for their parent's
+    # value only as SYMBOLIC_SHAPE_GUARD feeders; a leaf guard there is refused.
+    indexed: set[int] = dataclasses.field(default_factory=set)
 
     def object_id(self, kind: str, obj: Any, strong: bool) -> int:
         key = (kind, id(obj))
@@ -97,6 +113,9 @@ class _State(threading.local):
         self.owner: dict[int, Recording] = {}  # id(manager) -> Recording
         # (Guard, add_origin arguments) of the Guard.create() running now
         self.origin: tuple[Any, tuple] | None = None
+        # (code_parts, verbose_code_parts, scope) of the SHAPE_ENV lambda
+        # being installed, consumed by the add_epilogue_lambda_guard it makes.
+        self.shape: tuple[list[str], list[str], dict[str, Any]] | None = None
 
 
 _state = _State()
@@ -189,6 +208,15 @@ _ACCESSORS: dict[str, tuple[str, tuple[str, ...]]] = {
     "tuple_iterator_getitem_manager": ("tuple_iterator_get_item",
                                        ("index", "source", "example_value",
                                         "guard_manager_enum")),
+    # Built only for the C++ symbolic shape guard (install_symbolic_shape_guard).
+    "tensor_property_size_manager": ("tensor_size",
+                                     ("idx", "source", "example_value", "guard_manager_enum")),
+    "tensor_property_stride_manager": ("tensor_stride",
+                                       ("idx", "source", "example_value", "guard_manager_enum")),
+    "tensor_property_storage_offset_manager": ("tensor_storage_offset",
+                                               ("idx", "source", "example_value",
+                                                "guard_manager_enum")),
+    "indexed_manager": ("indexed", ("idx", "source", "example_value", "guard_manager_enum")),
 }
 
 
@@ -211,6 +239,21 @@ def _on_accessor(method: str, mgr: Any, child: Any, args: tuple, kwargs: dict) -
         rec.fail("guards under an empty DictGuardManager are not supported yet")
     source = str(a.get("source", ""))
     example = a.get("example_value")
+    if kind == "indexed":
+        # IndexedGuardAccessor hands SYMBOLIC_SHAPE_GUARD the pair (idx, value):
+        # no read of its own, so its manager stands for the parent's value.
+        rec.nodes[id(child)] = (child, parent, parent_example)
+        rec.indexed.add(id(child))
+        _state.owner[id(child)] = rec
+        return
+    if kind in ("tensor_size", "tensor_stride", "tensor_storage_offset"):
+        idx = -1 if kind == "tensor_storage_offset" else int(a["idx"])
+        vid = _tensor_property(rec, parent, kind, idx, source)
+        rec.nodes[id(child)] = (child, vid, example)
+        _state.owner[id(child)] = rec
+        rec.by_source.setdefault(source, vid)
+        rec.examples[vid] = example
+        return
     name, index, key = "", -1, -1
     if kind == "frame_local":
         local_name, index = a["key"]
@@ -238,6 +281,8 @@ def _on_accessor(method: str, mgr: Any, child: Any, args: tuple, kwargs: dict) -
         name = g if isinstance(g, str) else ""
     vid = rec.ir.add_value(kind, parent, source, name, index, key)
     rec.nodes[id(child)] = (child, vid, example)
+    rec.by_source.setdefault(source, vid)
+    rec.examples[vid] = example
     _state.owner[id(child)] = rec
     if isinstance(child, _DGM):
         # DictGuardManager itself checks the exact type and the size of the
@@ -266,6 +311,8 @@ _NO_OPERAND = frozenset({"global_state", "default_device", "torch_function_mode_
 def _add(rec: Recording, mgr: Any, kind: str, torch_kind: str, parts: Any, stack: Any,
          dedup: bool = False, **fields: Any) -> None:
     vid, example = _node(rec, mgr)
+    if id(mgr) in rec.indexed:
+        rec.fail("leaf guards under an indexed_manager are not supported")
     if isinstance(mgr, _DGM) and not example:
         # An empty DictGuardManager passes after its type and size checks
         # without running its leaves; the IR has no such short circuit yet.
@@ -375,6 +422,7 @@ def _leaf_tensor_match(rec, mgr, value, sizes, strides, name, parts, stack, pyty
     strides = list(strides) if len(strides) or value.dim() == 0 else list(value.stride())
     spec = rec.ir.add_tensor_spec(value, rec.object_id("type", pytype, False), applied.raw_repr(),
                                   sizes, strides)
+    rec.tensor_types[_node(rec, mgr)[0]] = pytype
     _add(rec, mgr, "tensor_match", "TENSOR_MATCH", parts, stack, dedup=True, tensor=spec)
 
 
@@ -394,6 +442,9 @@ def _leaf_dict_version(rec, mgr, value, parts, stack):
 
 
 def _leaf_epilogue_lambda(rec, mgr, fn, parts, stack):
+    shape, _state.shape = _state.shape, None
+    if shape is not None:
+        return _record_shape_env(rec, mgr, fn, stack, *shape)
     _add(rec, mgr, "epilogue_lambda", "LAMBDA_GUARD", parts, stack,
          object=rec.object_id("callable", fn, True))
 
@@ -462,6 +513,56 @@ def _leaf_dual_level(rec, mgr, level, parts, stack):
 
     _add(rec, mgr, "dual_level_match", "DUAL_LEVEL_MATCH", parts, stack,
          object=rec.object_id("object", forward_ad, True), int=int(level))
+
+
+def _tensor_property(rec: Recording, vid: int, kind: str, index: int, source: str) -> int:
+    key = (vid, kind, index)
+    pvid = rec.tensor_props.get(key)
+    if pvid is None:
+        pvid = rec.ir.add_value(kind, vid, source, "", index, -1)
+        rec.tensor_props[key] = pvid
+    return pvid
+
+
+def _record_shape_env(rec: Recording, mgr: Any, fn: Any, stack: Any, code_parts: list[str],
+                      verbose_parts: list[str], scope: dict[str, Any],
+                      torch_kind: str = "LAMBDA_GUARD") -> None:
+    """Mirrors Dynamo's SHAPE_ENV guards (guards.py, GuardBuilder.SHAPE_ENV)
+    as one shape_expr guard per translated code part, plus one epilogue lambda
+    over the parts left in Python (see guardjit/shapes.py). `fn` is Dynamo's
+    own lambda (None for the C++ guard); `torch_kind` the one tree guard the
+    parts replace."""
+    def resolve(source: str):
+        vid = rec.by_source.get(source)
+        if vid is None:
+            return None
+        return vid, rec.examples.get(vid), rec.tensor_types.get(vid)
+
+    tr = shapes.Translator(resolve, lambda v, k, i, s: _tensor_property(rec, v, k, i, s), scope)
+    file, line = _user_loc(stack)
+    python_parts: list[str] = []
+    for i, code in enumerate(code_parts):
+        verbose = str(verbose_parts[i]) if i < len(verbose_parts) else code
+        try:
+            expr, operands = tr.translate(code)
+            fallback = shapes.python_guard([code], scope)
+            rec.ir.add_guard("shape_expr", operands,
+                             object=rec.object_id("callable", fallback, True),
+                             origin=rec.origin_id(_state.origin), file=file, line=line, verbose=verbose, expr=expr)
+            rec.shape_parts_native += 1
+        except Exception as e:  # Unsupported, or a ValueError from the IR
+            python_parts.append(code)
+            rec.shape_parts_python += 1
+            rec.shape_python_reasons.append(f"{code}: {e}")
+    rec.recorded_kinds[torch_kind] = rec.recorded_kinds.get(torch_kind, 0) + 1
+    if not python_parts:
+        return
+    # Dynamo's own function when nothing was translated; else the rest.
+    rest = fn if fn is not None and len(python_parts) == len(code_parts) \
+        else shapes.python_guard(python_parts, scope)
+    file_parts = [p for p, c in zip(verbose_parts, code_parts) if c in python_parts]
+    rec.ir.add_guard("epilogue_lambda", [], object=rec.object_id("callable", rest, True),
+                     source="L", origin=rec.origin_id(_state.origin), file=file, line=line, verbose=_first(file_parts))
 
 
 _LEAVES: dict[str, Any] = {
@@ -546,6 +647,27 @@ def _on_storage_overlapping(overlapping: Any, non_overlapping: Any, parts: Any,
     n = int(bool(overlapping)) + int(bool(non_overlapping))
     rec.recorded_kinds["STORAGE_OVERLAPPING"] = \
         rec.recorded_kinds.get("STORAGE_OVERLAPPING", 0) + n
+
+
+def _on_symbolic_shape(managers: Any, nr_int: Any, nr_float: Any, addr: Any, keepalive: Any,
+                       verbose: Any, stack: Any) -> None:
+    """install_symbolic_shape_guard (enable_cpp_symbolic_shape_guards): the
+    compiled C function checks SHAPE_ENV's C++ code parts; SHAPE_ENV computed
+    the equivalent Python code parts beside them (its `python_code_parts`),
+    which are translated exactly as for the Python epilogue lambda."""
+    recs = {id(r): r for r in (_state.owner.get(id(m)) for m in managers) if r is not None}
+    if len(recs) != 1:
+        raise LookupError("symbolic shape guard managers of no single recording")
+    rec = next(iter(recs.values()))
+    frame = sys._getframe(2)  # SHAPE_ENV -> wrap_install's wrapper -> here
+    if frame.f_code.co_name != "SHAPE_ENV":
+        raise LookupError("install_symbolic_shape_guard called outside SHAPE_ENV")
+    builder = frame.f_locals["self"]
+    parts = list(frame.f_locals["python_code_parts"].exprs)
+    vparts = list(frame.f_locals["verbose_code_parts"].exprs)
+    scope = {"G": builder.scope["G"], **dynamo_guards.SYMPY_INTERP,
+             **dynamo_guards._get_closure_vars()}
+    _record_shape_env(rec, None, None, stack, parts, vparts, scope, "SYMBOLIC_SHAPE_GUARD")
 
 
 def _on_unsupported_install(name: str, *managers_lists: Any) -> None:
@@ -637,11 +759,11 @@ def install() -> None:
 
     _mirror_mode_flag()
     _track_guard_origins()
+    _wrap_shape_env_lambda()
     wrap_install("install_no_tensor_aliasing_guard", _on_no_tensor_aliasing)
     wrap_install("install_object_aliasing_guard", _on_object_aliasing)
     wrap_install("install_storage_overlapping_guard", _on_storage_overlapping)
-    for name in ("install_symbolic_shape_guard",):
-        wrap_install(name, functools.partial(_on_unsupported_install, name))
+    wrap_install("install_symbolic_shape_guard", _on_symbolic_shape)
     _installed = True
 
 
@@ -680,6 +802,32 @@ def _track_guard_origins() -> None:
 
     _originals.append((Guard, "create", orig))
     Guard.create = create
+
+
+def _wrap_shape_env_lambda() -> None:
+    """Notes the code parts of the SHAPE_ENV epilogue lambda: Dynamo passes
+    them to GuardBuilder.add_python_lambda_leaf_guard_to_root, which builds
+    the function and adds it with root.add_epilogue_lambda_guard (recorded
+    by _leaf_epilogue_lambda, which consumes the note)."""
+    builder = dynamo_guards.GuardBuilder
+    orig = builder.add_python_lambda_leaf_guard_to_root
+
+    @functools.wraps(orig)
+    def wrapper(self, code_parts, verbose_code_parts, closure_vars=None, is_epilogue=True):
+        caller = sys._getframe(1).f_code.co_name
+        if caller == "SHAPE_ENV" and is_epilogue and closure_vars is not None:
+            try:
+                scope = {"G": self.scope["G"], **closure_vars}
+                _state.shape = (list(code_parts), list(verbose_code_parts), scope)
+            except Exception:
+                _state.shape = None  # recorded as an opaque epilogue lambda
+        try:
+            return orig(self, code_parts, verbose_code_parts, closure_vars, is_epilogue)
+        finally:
+            _state.shape = None
+
+    _originals.append((builder, "add_python_lambda_leaf_guard_to_root", orig))
+    builder.add_python_lambda_leaf_guard_to_root = wrapper
 
 
 def _mirror_mode_flag() -> None:

@@ -10,6 +10,7 @@
 #include "TensorFields.h"
 
 #include "guardjit/IR/GuardSet.h"
+#include "guardjit/IR/Parser.h"
 #include "guardjit/IR/Printer.h"
 #include "guardjit/JIT/Engine.h"
 #include "guardjit/Runtime/BoundGuardSet.h"
@@ -184,7 +185,7 @@ PYBIND11_MODULE(_core, M) {
              const std::string &Str, int64_t Tensor,
              const std::string &Source, int64_t Origin,
              const std::string &File, uint32_t Line,
-             const std::string &Verbose) {
+             const std::string &Verbose, const std::string &Expr) {
             auto K = parseGuardKind(Kind);
             if (!K)
               throw py::value_error("unknown guard kind '" + Kind + "'");
@@ -212,13 +213,28 @@ PYBIND11_MODULE(_core, M) {
             G.Origin = optId(Origin);
             G.Attrs.Loc = {File, Line};
             G.Attrs.VerboseCode = Verbose;
+            if (!Expr.empty()) {
+              // A shape expression in its .gir spelling, type-checked here so
+              // that the caller learns of a bad translation at once.
+              llvm::Expected<ShapeExpr> E = parseShapeExprString(Expr);
+              if (!E)
+                throw py::value_error(llvm::toString(E.takeError()));
+              std::vector<ShapeType> Types;
+              std::string Msg =
+                  inferShapeExprTypes(*E, G.Operands.size(), Types);
+              if (!Msg.empty())
+                throw py::value_error("shape expression '" + Expr +
+                                      "': " + Msg);
+              G.Expr = std::move(*E);
+            }
             S.addGuard(std::move(G));
           },
           py::arg("kind"), py::arg("operands"), py::arg("object") = -1,
           py::arg("aux") = -1, py::arg("int") = 0,
           py::arg("ints") = std::vector<int64_t>(), py::arg("str") = "",
           py::arg("tensor") = -1, py::arg("source") = "",
-          py::arg("origin") = -1, py::arg("file") = "", py::arg("line") = 0, py::arg("verbose") = "")
+          py::arg("origin") = -1, py::arg("file") = "", py::arg("line") = 0,
+          py::arg("verbose") = "", py::arg("expr") = "")
       .def_property_readonly("num_guards",
                              [](const GuardSet &S) { return S.guards().size(); })
       .def_property_readonly("num_values",

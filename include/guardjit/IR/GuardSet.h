@@ -16,6 +16,8 @@
 #ifndef GUARDJIT_IR_GUARDSET_H
 #define GUARDJIT_IR_GUARDSET_H
 
+#include "guardjit/IR/ShapeExpr.h"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -44,7 +46,8 @@ std::optional<AccessorKind> parseAccessorKind(std::string_view S);
 /// Operands a guard of kind `K` reads: 0 for root guards over ambient state
 /// and epilogue lambdas (they receive the frame locals), 2 for
 /// OBJECT_ALIASING, -1 for "one or more" (NO_TENSOR_ALIASING,
-/// STORAGE_OVERLAPPING), 1 otherwise. The one definition the verifier, the
+/// STORAGE_OVERLAPPING, SHAPE_ENV expressions), 1 otherwise. The one
+/// definition the verifier, the
 /// binder and the lowering share.
 int guardArity(GuardKind K);
 /// Whether a guard of kind `K` needs its `Object` table entry (checked when
@@ -162,6 +165,8 @@ struct Guard {
   /// Index into GuardSet::origins(); InvalidId when Dynamo installed the guard
   /// outside any Guard's create() (torch's filters never see it: it stays).
   uint32_t Origin = InvalidId;
+  /// SHAPE_ENV: the expression over the operands (empty for other kinds).
+  ShapeExpr Expr;
   GuardAttrs Attrs;
 };
 

@@ -40,6 +40,8 @@ struct EntityLoc {
   llvm::SMLoc Aux;    ///< aux=#N of a guard
   llvm::SMLoc Tensor; ///< tensor=N of a guard
   llvm::SMLoc Origin; ///< origin=N of a guard
+  /// Each node of a shape expression (`(` or the literal), by node index.
+  std::vector<llvm::SMLoc> ExprNodes;
 
   llvm::SMLoc at(llvm::SMLoc L) const { return L.isValid() ? L : Start; }
   llvm::SMLoc operand(size_t I) const {
@@ -68,6 +70,12 @@ std::optional<std::vector<ParsedGuardSet>> parseGir(llvm::SourceMgr &SM,
 /// (Python, the embedding API) that want an Error carrying the diagnostics.
 llvm::Expected<std::vector<GuardSet>>
 parseGirString(llvm::StringRef Text, llvm::StringRef BufferName = "<string>");
+
+/// Parses one shape expression in its .gir spelling (e.g. `(le 2 (int $0))`)
+/// into post-order nodes, for hosts that build IR programmatically (the
+/// recorder). Syntax errors carry `<expr>:1:col`; the result is not
+/// type-checked (verify the guard that owns it).
+llvm::Expected<ShapeExpr> parseShapeExprString(llvm::StringRef Text);
 
 } // namespace guardjit
 

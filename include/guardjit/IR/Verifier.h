@@ -33,11 +33,20 @@ struct GuardSetLocs;
 struct VerifierDiagnostic {
   enum EntityKind { Set, Object, TensorSpec, Value, Guard };
   /// The part of the entity at fault, for pointing at it in the text.
-  enum FieldKind { Whole, Operand, ObjectRef, AuxRef, TensorRef, OriginRef };
+  enum FieldKind {
+    Whole,
+    Operand,
+    ObjectRef,
+    AuxRef,
+    TensorRef,
+    OriginRef,
+    ExprNode
+  };
   EntityKind Entity = Set;
   uint32_t Index = 0;        ///< id of the entity (guard index for guards)
   FieldKind Field = Whole;
-  uint32_t OperandIndex = 0; ///< for Field == Operand (the parent of a value)
+  /// For Field == Operand (the parent of a value); for ExprNode, the node.
+  uint32_t OperandIndex = 0;
   std::string Message;       ///< lower case, no final period
 };
 

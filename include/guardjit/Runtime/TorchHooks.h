@@ -60,6 +60,12 @@ struct TorchHooks {
   /// 0 if any is not a tensor. Optional (NULL: the guard fails).
   int (*storageOverlapping)(PyObject *const *Tensors, size_t N,
                             size_t NumOverlapping);
+  /// TensorPropertyGuardAccessor: for a tensor `Value` (THPVariable_Check),
+  /// stores size(Index) (Property 0), stride(Index) (1) or storage_offset()
+  /// (2) in *Out and returns 1; returns 0 for a non-tensor, Index outside
+  /// [0, dim) or a symbolic value (maybe_as_int() empty). May be null.
+  int (*tensorProperty)(PyObject *Value, int Property, int64_t Index,
+                        int64_t *Out);
 };
 
 /// Installs the table (not owned; must outlive every bound guard set).

@@ -88,6 +88,10 @@ GuardSet makeEverything() {
     else if (AccessorKind::Enum == AccessorKind::DictKey ||                    \
              AccessorKind::Enum == AccessorKind::DictValue)                    \
       V.Index = 0;                                                             \
+    else if (AccessorKind::Enum == AccessorKind::TensorSize)                   \
+      V.Index = 1;                                                             \
+    else if (AccessorKind::Enum == AccessorKind::TensorStride)                 \
+      V.Index = 0;                                                             \
     Last = S.addValue(V);                                                      \
     if (AccessorKind::Enum == AccessorKind::Globals)                           \
       GlobalsValue = Last;                                                     \
@@ -186,6 +190,14 @@ GuardSet makeEverything() {
       break;                                                                   \
     case GuardKind::StorageOverlapping:                                        \
       G.Int = 2;                                                               \
+      break;                                                                   \
+    case GuardKind::ShapeExpr:                                                 \
+      G.Object = Fn;                                                           \
+      G.Expr = cantFail(parseShapeExprString(                                  \
+          "(and (ge (int $0) -9223372036854775808) (not (isnan (truediv "      \
+          "(to_float (int $0)) -0.5))) (or (eq (mod (int $0) 3) 0) (lt "       \
+          "(max (int $0) 7) (floordiv (int $0) 2))) (ne nan (min inf -inf "    \
+          "1e-300)))"));                                                       \
       break;                                                                   \
     default:                                                                   \
       break;                                                                   \
