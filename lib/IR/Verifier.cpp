@@ -302,6 +302,9 @@ private:
              "storage_overlapping needs int=K with 0 <= K <= " + Twine(N) +
                  " (the overlapping operands come first), got " +
                  Twine(G.Int));
+    if (G.Origin != InvalidId && G.Origin >= S.origins().size())
+      report(Diag::Guard, I, Diag::OriginRef,
+             "use of undefined origin " + Twine(G.Origin));
     if (G.Kind == GuardKind::GlobalState && G.Str.empty())
       report(Diag::Guard, I, Diag::Whole,
              "global_state needs str=\"...\" (GlobalStateGuard's JSON state)");
@@ -388,6 +391,9 @@ bool guardjit::verifyGuardSet(const GuardSet &S, const GuardSetLocs &Locs,
         break;
       case Diag::TensorRef:
         Loc = E.at(E.Tensor);
+        break;
+      case Diag::OriginRef:
+        Loc = E.at(E.Origin);
         break;
       }
     }

@@ -1,6 +1,7 @@
 //===- GuardIROptDriver.cpp - The guard-ir-opt driver ---------------------===//
 //
-// Steps per input chunk: (1) parse, (2) verify, (3) statistics, (4) emit.
+// Steps per input chunk: (1) parse (or import a TORCH_LOGS=guards log),
+// (2) verify, (3) statistics, (4) emit.
 // `--split-input-file` and `--verify-diagnostics` behave as in mlir-opt, so
 // negative tests read the same way in both projects.
 //
@@ -8,6 +9,7 @@
 #include "guardjit/Tools/GuardIROptDriver.h"
 
 #include "guardjit/IR/Parser.h"
+#include "guardjit/Import/TorchLogImporter.h"
 #include "guardjit/IR/Printer.h"
 #include "guardjit/IR/Verifier.h"
 #include "guardjit/JIT/Engine.h"
@@ -34,6 +36,7 @@ using namespace guardjit;
 namespace {
 
 enum class EmitKind { IR, LLVM, Asm };
+enum class InputKind { Gir, TorchLogs };
 
 cl::OptionCategory ToolCategory("guard-ir-opt options");
 
@@ -45,6 +48,14 @@ cl::opt<std::string> OutputFilename("o", cl::desc("Output file (- for stdout)"),
                                     cl::value_desc("filename"), cl::init("-"),
                                     cl::cat(ToolCategory));
 
+cl::opt<InputKind> Import(
+    "import", cl::desc("What the input is"), cl::init(InputKind::Gir),
+    cl::values(clEnumValN(InputKind::Gir, "gir", ".gir text, the default"),
+               clEnumValN(InputKind::TorchLogs, "torch-logs",
+                          "a TORCH_LOGS=guards log: one guard set per "
+                          "TREE_GUARD_MANAGER dump, named after its frame id")),
+    cl::cat(ToolCategory));
+
 cl::opt<bool> SplitInputFile(
     "split-input-file",
     cl::desc("Process each chunk between '// -----' lines separately and "
@@ -54,7 +65,8 @@ cl::opt<bool> SplitInputFile(
 cl::opt<bool> VerifyDiagnostics(
     "verify-diagnostics",
     cl::desc("Check that the errors reported are exactly those the input "
-             "expects with '// expected-error[@+N|@-N] {{message}}'"),
+             "expects with '// expected-error[@+N|@-N] {{message}}' "
+             "(and expected-warning)"),
     cl::cat(ToolCategory));
 
 cl::opt<EmitKind> Emit(
@@ -130,29 +142,38 @@ public:
       SM.PrintMessage(errs(), D);
     for (const SMDiagnostic &D : Unexpected)
       SM.PrintMessage(errs(), D.getLoc(), SourceMgr::DK_Error,
-                      "unexpected error: " + D.getMessage());
+                      Twine("unexpected ") + kindName(D.getKind()) + ": " +
+                          D.getMessage());
     for (const Expectation &E : Expected) {
       if (E.Seen)
         continue;
       Ok = false;
       SM.PrintMessage(errs(), E.Loc, SourceMgr::DK_Error,
-                      "expected error \"" + E.Message + "\" was not produced");
+                      Twine("expected ") + kindName(E.Kind) + " \"" +
+                          E.Message + "\" was not produced");
     }
     return Ok;
   }
 
 private:
   struct Expectation {
+    SourceMgr::DiagKind Kind;
     unsigned Line;
     std::string Message;
     SMLoc Loc;
     bool Seen = false;
   };
 
+  static StringRef kindName(SourceMgr::DiagKind K) {
+    return K == SourceMgr::DK_Warning ? "warning"
+           : K == SourceMgr::DK_Error ? "error"
+                                      : "note";
+  }
+
   void collectExpectations(StringRef Text) {
-    Regex Directive(
-        "expected-error *(@([+-][0-9]+|above|below))? *\\{\\{(.*)\\}\\}");
-    Regex CommentStart("//[ \t]*expected-error");
+    Regex Directive("expected-(error|warning) *(@([+-][0-9]+|above|below))? "
+                    "*\\{\\{(.*)\\}\\}");
+    Regex CommentStart("//[ \t]*expected-(error|warning)");
     unsigned LineNo = 0;
     for (StringRef Rest = Text; !Rest.empty();) {
       auto [Line, Tail] = Rest.split('\n');
@@ -163,17 +184,20 @@ private:
       SmallVector<StringRef, 1> Start;
       if (!CommentStart.match(Line, &Start))
         continue;
-      size_t At = Start[0].end() - Line.begin() - strlen("expected-error");
+      size_t At = Start[0].end() - Line.begin() - strlen("expected-") -
+                  Start[1].size();
       SMLoc Loc = SMLoc::getFromPointer(Line.data() + At);
-      SmallVector<StringRef, 4> M;
+      SmallVector<StringRef, 5> M;
       if (!Directive.match(Line.drop_front(At), &M)) {
         Malformed.push_back(SM.GetMessage(
             Loc, SourceMgr::DK_Error,
-            "malformed expected-error, expected {{message}}"));
+            "malformed expected-" + Start[1] + ", expected {{message}}"));
         continue;
       }
+      SourceMgr::DiagKind Kind =
+          M[1] == "warning" ? SourceMgr::DK_Warning : SourceMgr::DK_Error;
       int64_t Target = LineNo;
-      StringRef Offset = M[2];
+      StringRef Offset = M[3];
       if (Offset == "above")
         Target -= 1;
       else if (Offset == "below")
@@ -184,23 +208,23 @@ private:
             Target + Delta < 1 || Delta > INT32_MAX) {
           Malformed.push_back(SM.GetMessage(
               Loc, SourceMgr::DK_Error,
-              "expected-error refers to a line outside the file"));
+              "expected-" + M[1] + " refers to a line outside the file"));
           continue;
         }
         Target += Delta;
       }
-      Expected.push_back({static_cast<unsigned>(Target), M[3].str(), Loc});
+      Expected.push_back({Kind, static_cast<unsigned>(Target), M[4].str(), Loc});
     }
   }
 
   void handle(const SMDiagnostic &D) {
-    if (D.getKind() == SourceMgr::DK_Error)
-      for (Expectation &E : Expected)
-        if (!E.Seen && E.Line == static_cast<unsigned>(D.getLineNo()) &&
-            D.getMessage().contains(E.Message)) {
-          E.Seen = true;
-          return;
-        }
+    for (Expectation &E : Expected)
+      if (!E.Seen && E.Kind == D.getKind() &&
+          E.Line == static_cast<unsigned>(D.getLineNo()) &&
+          D.getMessage().contains(E.Message)) {
+        E.Seen = true;
+        return;
+      }
     Unexpected.push_back(D);
   }
 
@@ -238,9 +262,11 @@ bool Driver::processChunk(std::unique_ptr<MemoryBuffer> Buf, raw_ostream &OS) {
   if (VerifyDiagnostics)
     Verifier = std::make_unique<DiagnosticVerifier>(SM, Id);
 
-  // 1. Parse; 2. verify every set (all of their problems, not the first).
+  // 1. Parse or import; 2. verify every set (all of their problems, not the
+  // first).
   bool Ok = false;
-  std::optional<std::vector<ParsedGuardSet>> Sets = parseGir(SM, Id);
+  std::optional<std::vector<ParsedGuardSet>> Sets =
+      Import == InputKind::TorchLogs ? importTorchLog(SM, Id) : parseGir(SM, Id);
   if (Sets) {
     Ok = true;
     for (const ParsedGuardSet &P : *Sets)
@@ -305,8 +331,9 @@ int guardjit::guardIROptMain(int Argc, char **Argv) {
   }
   cl::ParseCommandLineOptions(
       Argc, Argv,
-      "guard-ir-opt: reads Guard IR (.gir), verifies it and writes it back as "
-      ".gir, LLVM IR or assembly\n");
+      "guard-ir-opt: reads Guard IR (.gir, or a TORCH_LOGS=guards log with "
+      "--import=torch-logs), verifies it and writes it back as .gir, LLVM IR "
+      "or assembly\n");
 
   ErrorOr<std::unique_ptr<MemoryBuffer>> Input =
       MemoryBuffer::getFileOrSTDIN(InputFilename, /*IsText=*/true);

@@ -52,18 +52,39 @@ def main(argv: list[str] | None = None) -> int:
     export = sub.add_parser(
         "export", help="write the Guard IR (.gir) of every compile unit of a model",
         description="Compiles the model a factory returns with guardjit, calls it once and "
-                    "writes one .gir file per compile unit.")
-    export.add_argument("factory", metavar="MODULE:FACTORY",
-                        help="a callable returning a guardjit.models.ModelCase or "
-                             "(model, example_args), e.g. guardjit.models:transformer")
+                    "writes one .gir file per compile unit (no addresses, object ids or "
+                    "install paths: see guardjit/stable_text.py). --corpus writes the "
+                    "models of tests/corpus instead (scripts/regen-corpus.sh).")
+    export.add_argument("factory", metavar="MODULE:FACTORY", nargs="?",
+                        help="a callable returning a guardjit.models.ModelCase, a "
+                             "guardjit.bench.corpus.BenchCase or (model, example_args), "
+                             "e.g. guardjit.models:transformer")
+    from guardjit.export import CORPUS as GIR_CORPUS
+
+    export.add_argument("--corpus", nargs="+", metavar="NAME",
+                        choices=["all"] + list(GIR_CORPUS),
+                        help="export these corpus entries (or all) instead of a factory: "
+                             + ", ".join(GIR_CORPUS))
     export.add_argument("--out", required=True, metavar="DIR", help="output directory")
     export.add_argument("--backend", default="eager", help="torch.compile backend")
+    export.add_argument("--quick", action="store_true",
+                        help="call the factory with quick=True (bench corpus factories)")
+    export.add_argument("--dynamic", action="store_true",
+                        help="torch.compile(dynamic=True): symbolic shapes")
+    export.add_argument("--install-free-tensors", action="store_true",
+                        help="torch._dynamo.config.install_free_tensors=True")
+    export.add_argument("--name", help="file name stem (default: the factory's model name)")
 
     args = parser.parse_args(argv)
     if args.command == "export":
         from guardjit import export as export_mod
 
-        return export_mod.main(args.factory, args.out, args.backend)
+        if (args.factory is None) == (args.corpus is None):
+            export.error("give either MODULE:FACTORY or --corpus")
+        return export_mod.main(args.factory, args.out, args.backend, args.corpus,
+                               name=args.name, quick=args.quick,
+                               dynamic=True if args.dynamic else None,
+                               install_free_tensors=args.install_free_tensors)
     if args.command == "bench":
         return _bench(args)
     if args.command == "demo":

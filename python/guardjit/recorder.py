@@ -28,7 +28,7 @@ import torch
 import torch._dynamo.guards as dynamo_guards
 from torch._C._dynamo import guards as C
 
-from guardjit import _core
+from guardjit import _core, stable_text
 
 _GM = C.GuardManager
 _DGM = C.DictGuardManager
@@ -53,13 +53,30 @@ class Recording:
     unsupported: list[str] = dataclasses.field(default_factory=list)
     # Leaf guards per Dynamo guard kind, for the cross-check against the tree.
     recorded_kinds: dict[str, int] = dataclasses.field(default_factory=dict)
+    # id(torch._guards.Guard) -> origin table id
+    origins: dict[int, int] = dataclasses.field(default_factory=dict)
+
+    def origin_id(self, origin: tuple[Any, tuple] | None) -> int:
+        """The origin table id of the Dynamo guard being created, -1 outside
+        any Guard.create() (guards torch's filters never see)."""
+        if origin is None:
+            return -1
+        guard, fields = origin
+        oid = self.origins.get(id(guard))
+        if oid is None:
+            oid = self.ir.add_origin(*fields)
+            self.origins[id(guard)] = oid
+            self.keep.append(guard)
+        return oid
 
     def object_id(self, kind: str, obj: Any, strong: bool) -> int:
         key = (kind, id(obj))
         oid = self.objects.get(key)
         if oid is None:
             try:
-                text = repr(obj)
+                # No addresses or install paths: the same set prints the
+                # same text in every process (stable_text.py).
+                text = stable_text.normalize(repr(obj))
             except Exception:  # a user __repr__ may raise
                 text = f"<{type(obj).__name__} object>"
             if len(text) > 200:
@@ -78,6 +95,8 @@ class _State(threading.local):
     def __init__(self) -> None:
         self.recordings: dict[int, Recording] = {}  # id(root) -> Recording
         self.owner: dict[int, Recording] = {}  # id(manager) -> Recording
+        # (Guard, add_origin arguments) of the Guard.create() running now
+        self.origin: tuple[Any, tuple] | None = None
 
 
 _state = _State()
@@ -258,8 +277,8 @@ def _add(rec: Recording, mgr: Any, kind: str, torch_kind: str, parts: Any, stack
     file, line = _user_loc(stack)
     source = rec.nodes[id(mgr)][0].get_source() if vid else "L"
     operands = [] if kind in _NO_OPERAND else [vid]
-    rec.ir.add_guard(kind, operands, source=source, file=file, line=line,
-                     verbose=_first(parts), **fields)
+    rec.ir.add_guard(kind, operands, source=source, origin=rec.origin_id(_state.origin),
+                     file=file, line=line, verbose=_first(parts), **fields)
     rec.recorded_kinds[torch_kind] = rec.recorded_kinds.get(torch_kind, 0) + 1
 
 
@@ -356,8 +375,7 @@ def _leaf_tensor_match(rec, mgr, value, sizes, strides, name, parts, stack, pyty
     strides = list(strides) if len(strides) or value.dim() == 0 else list(value.stride())
     spec = rec.ir.add_tensor_spec(value, rec.object_id("type", pytype, False), applied.raw_repr(),
                                   sizes, strides)
-    _add(rec, mgr, "tensor_match", "TENSOR_MATCH", parts, stack, dedup=True, tensor=spec,
-         parameter=isinstance(value, torch.nn.Parameter))
+    _add(rec, mgr, "tensor_match", "TENSOR_MATCH", parts, stack, dedup=True, tensor=spec)
 
 
 def _leaf_dimension_marking(rec, mgr, expected, absent, dependent, parts, stack):
@@ -504,7 +522,8 @@ def _on_object_aliasing(x: Any, y: Any, parts: Any, stack: Any) -> None:
         raise LookupError("object aliasing across recordings")
     file, line = _user_loc(stack)
     rec.ir.add_guard("object_aliasing", [_node(rec, x)[0], _node(rec, y)[0]],
-                     source=f"{x.get_source()} is {y.get_source()}", file=file, line=line,
+                     source=f"{x.get_source()} is {y.get_source()}",
+                     origin=rec.origin_id(_state.origin), file=file, line=line,
                      verbose=_first(parts))
     rec.recorded_kinds["OBJECT_ALIASING"] = rec.recorded_kinds.get("OBJECT_ALIASING", 0) + 1
 
@@ -524,7 +543,8 @@ def _on_storage_overlapping(overlapping: Any, non_overlapping: Any, parts: Any,
     file, line = _user_loc(stack)
     rec.ir.add_guard("storage_overlapping", [_node(rec, m)[0] for m in managers],
                      int=len(overlapping), source=", ".join(m.get_source() for m in managers),
-                     file=file, line=line, verbose=_first(parts))
+                     origin=rec.origin_id(_state.origin), file=file, line=line,
+                     verbose=_first(parts))
     n = int(bool(overlapping)) + int(bool(non_overlapping))
     rec.recorded_kinds["STORAGE_OVERLAPPING"] = \
         rec.recorded_kinds.get("STORAGE_OVERLAPPING", 0) + n
@@ -618,12 +638,50 @@ def install() -> None:
         setattr(dynamo_guards, name, wrapper)
 
     _mirror_mode_flag()
+    _track_guard_origins()
     wrap_install("install_no_tensor_aliasing_guard", _on_no_tensor_aliasing)
     wrap_install("install_object_aliasing_guard", _on_object_aliasing)
     wrap_install("install_storage_overlapping_guard", _on_storage_overlapping)
     for name in ("install_symbolic_shape_guard",):
         wrap_install(name, functools.partial(_on_unsupported_install, name))
     _installed = True
+
+
+def _origin_fields(guard: Any, builder: Any) -> tuple:
+    """add_origin arguments: the GuardFilterEntry torch builds for `guard`
+    (torch/_dynamo/guards.py make_guard_filter_entry), plus the two source
+    predicates the nn-module filters call on `entry.orig_guard.source`."""
+    entry = dynamo_guards.make_guard_filter_entry(guard, builder)
+    source = guard.source
+    return (str(entry.guard_type), str(entry.name),
+            [str(t) for t in entry.derived_guard_types], bool(entry.has_value),
+            bool(entry.is_global),
+            bool(entry.has_value and isinstance(entry.value, torch.nn.Parameter)),
+            bool(source.is_unspecialized_nn_module()),
+            bool(source.is_unspecialized_builtin_nn_module()))
+
+
+def _track_guard_origins() -> None:
+    """Wraps torch._guards.Guard.create, which GuardBuilder calls once per
+    Dynamo guard, so each leaf guard recorded meanwhile knows its origin."""
+    from torch._guards import Guard
+
+    orig = Guard.create
+
+    @functools.wraps(orig)
+    def create(self, builder):
+        outer = _state.origin
+        try:
+            _state.origin = (self, _origin_fields(self, builder))
+        except Exception:  # the entry cannot be built: filters cannot see it
+            _state.origin = None
+        try:
+            return orig(self, builder)
+        finally:
+            _state.origin = outer
+
+    _originals.append((Guard, "create", orig))
+    Guard.create = create
 
 
 def _mirror_mode_flag() -> None:

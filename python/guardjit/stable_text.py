@@ -1,0 +1,51 @@
+"""Process-independent text: what may go into a ``.gir`` that is checked in.
+
+Dynamo's guard descriptions carry things that change from one process or one
+machine to the next: object addresses in reprs (``<function f at 0x7f..>``),
+object ids in verbose code parts (``___check_obj_id(L['f'], 140234..)``) and
+absolute paths of installed files (``/root/.pyenv/.../site-packages/x.py``).
+:func:`normalize` rewrites them to fixed spellings so that exporting the same
+model twice, from any checkout, virtualenv or machine, writes the same bytes.
+
+The recorder applies it to object reprs (descriptions only; binding uses the
+live objects, never the text), before truncating them, so a repr's cut point
+does not depend on the length of an address or a path.
+:mod:`guardjit.export` applies it to the whole printed set (``loc=`` paths
+and ``verbose=`` code parts). The replacements contain no ``"`` or ``\\``,
+so a normalized ``.gir`` stays valid text.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import sysconfig
+
+# ` at 0x7f8087d31b60` in default reprs (functions, code, modules' loaders).
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+# The id argument of Dynamo's ID_MATCH / TYPE_MATCH code parts
+# (torch/_dynamo/guards.py: `___check_obj_id(<source>, <id>)`).
+_CHECK_ID = re.compile(r"(___check_(?:obj|type)_id\(.*?, )\d+\)")
+# Any absolute path into an installed-packages directory.
+_SITE = re.compile(r"(?:/[^/\s\"'<>:,]+)+/(?:site|dist)-packages/")
+
+
+@functools.cache
+def _directories() -> tuple[str, str]:
+    """This package's directory and the standard library's ("" if unknown)."""
+    stdlib = (sysconfig.get_paths().get("stdlib") or "").rstrip("/")
+    return os.path.dirname(os.path.abspath(__file__)), stdlib
+
+
+def normalize(text: str) -> str:
+    """``text`` with addresses, object ids and install paths replaced:
+    ``<guardjit>/`` (this package, installed or in a checkout),
+    ``<site-packages>/``, ``<stdlib>/``, ``, <id>)``; addresses are dropped."""
+    text = _ADDRESS.sub("", text)
+    text = _CHECK_ID.sub(r"\1<id>)", text)
+    guardjit_dir, stdlib = _directories()
+    text = text.replace(guardjit_dir + "/", "<guardjit>/")
+    # site-packages before the stdlib: it usually lies inside it.
+    text = _SITE.sub("<site-packages>/", text)
+    return text.replace(stdlib + "/", "<stdlib>/") if stdlib else text
