@@ -623,7 +623,8 @@ def _on_object_aliasing(x: Any, y: Any, parts: Any, stack: Any) -> None:
         raise LookupError("object aliasing across recordings")
     file, line = _user_loc(stack)
     rec.ir.add_guard("object_aliasing", [_node(rec, x)[0], _node(rec, y)[0]],
-                     source=f"{x.get_source()} is {y.get_source()}", file=file, line=line,
+                     source=f"{x.get_source()} is {y.get_source()}",
+                     origin=rec.origin_id(_state.origin), file=file, line=line,
                      verbose=_first(parts))
     rec.recorded_kinds["OBJECT_ALIASING"] = rec.recorded_kinds.get("OBJECT_ALIASING", 0) + 1
 
@@ -643,7 +644,8 @@ def _on_storage_overlapping(overlapping: Any, non_overlapping: Any, parts: Any,
     file, line = _user_loc(stack)
     rec.ir.add_guard("storage_overlapping", [_node(rec, m)[0] for m in managers],
                      int=len(overlapping), source=", ".join(m.get_source() for m in managers),
-                     file=file, line=line, verbose=_first(parts))
+                     origin=rec.origin_id(_state.origin), file=file, line=line,
+                     verbose=_first(parts))
     n = int(bool(overlapping)) + int(bool(non_overlapping))
     rec.recorded_kinds["STORAGE_OVERLAPPING"] = \
         rec.recorded_kinds.get("STORAGE_OVERLAPPING", 0) + n
