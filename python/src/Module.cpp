@@ -155,6 +155,32 @@ PYBIND11_MODULE(_core, M) {
           "make_guard_filter_entry in torch/_dynamo/guards.py) and returns its id "
           "for add_guard(origin=...).")
       .def(
+          "set_origin",
+          [](GuardSet &S, uint32_t Id, const std::string &GuardType,
+             const std::string &Name, const std::vector<std::string> &Derived,
+             bool HasValue, bool IsGlobal, bool ValueIsParameter, bool NNModule,
+             bool BuiltinNNModule) {
+            if (Id >= S.origins().size())
+              throw py::value_error("undefined origin " + std::to_string(Id));
+            GuardOrigin &O = S.origins()[Id];
+            O.GuardType = GuardType;
+            O.Name = Name;
+            O.DerivedGuardTypes = Derived;
+            O.HasValue = HasValue;
+            O.IsGlobal = IsGlobal;
+            O.ValueIsParameter = ValueIsParameter;
+            O.UnspecializedNNModule = NNModule;
+            O.UnspecializedBuiltinNNModule = BuiltinNNModule;
+          },
+          py::arg("id"), py::arg("guard_type"), py::arg("name"),
+          py::arg("derived") = std::vector<std::string>{},
+          py::arg("has_value") = false, py::arg("is_global") = false,
+          py::arg("value_is_parameter") = false, py::arg("nn_module") = false,
+          py::arg("builtin_nn_module") = false,
+          "Replaces the fields of origin `id` (the recorder settles them once "
+          "the Dynamo guard's create() has returned: create() appends to "
+          "Guard.guard_types, which torch's filters see as derived_guard_types).")
+      .def(
           "add_tensor_spec",
           [](GuardSet &S, py::handle Tensor, int64_t PyType, uint64_t Keys,
              const py::list &Sizes, const py::list &Strides) {
@@ -232,7 +258,12 @@ PYBIND11_MODULE(_core, M) {
             return D;
           },
           "Guards per Dynamo guard kind, e.g. {'TENSOR_MATCH': 9}.")
-      .def("print", &printGuardSet, "The .gir text of the set.");
+      .def("print", &printGuardSet, "The .gir text of the set.")
+      .def(
+          "copy", [](const GuardSet &S) { return std::make_shared<GuardSet>(S); },
+          "A copy of the set (same object addresses: the objects must stay "
+          "alive while the copy is bound), e.g. to run several pipelines on "
+          "one recording.");
 
   py::class_<BoundGuardSet, std::shared_ptr<BoundGuardSet>>(
       M, "BoundGuardSet", "A guard set bound to live objects.")
