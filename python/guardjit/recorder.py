@@ -285,8 +285,8 @@ def _add(rec: Recording, mgr: Any, kind: str, torch_kind: str, parts: Any, stack
             # check still gets its own copy in the IR: a guard filter may
             # drop the first one and keep this one, and then torch's rebuild
             # has the check (the dedup pass merges the copies).
-            if origin < 0 or origin in asked:
-                return
+            if origin in asked:
+                return  # (-1 stands for a path guard, see get_guard_manager_from_source)
             duplicate = True
             asked.add(origin)
         else:
