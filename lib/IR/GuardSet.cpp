@@ -166,6 +166,11 @@ uint32_t GuardSet::addTensorSpec(TensorSpec S) {
   return static_cast<uint32_t>(TensorSpecs.size() - 1);
 }
 
+uint32_t GuardSet::addOrigin(GuardOrigin O) {
+  Origins.push_back(std::move(O));
+  return static_cast<uint32_t>(Origins.size() - 1);
+}
+
 void GuardSet::addGuard(Guard G) {
 #ifndef NDEBUG
   for (ValueId Op : G.Operands)

@@ -76,6 +76,8 @@ private:
   bool parseSet(std::vector<ParsedGuardSet> &Out);
   bool parseObject(ParsedGuardSet &P);
   bool parseTensor(ParsedGuardSet &P);
+  bool parseOrigin(ParsedGuardSet &P);
+  bool parseStringList(std::vector<std::string> &Out, StringRef What);
   bool parseValue(ParsedGuardSet &P, bool &RootSeen);
   bool parseGuard(ParsedGuardSet &P);
 
@@ -246,7 +248,9 @@ bool Parser::parseSet(std::vector<ParsedGuardSet> &Out) {
   ParsedGuardSet P{GuardSet(std::move(Name)), {}};
   P.Locs.Set = SetLoc;
   // The root exists before its `%0 = root` line (which may be omitted).
-  P.Locs.Values.push_back({SetLoc, {}, {}, {}, {}});
+  EntityLoc RootLoc;
+  RootLoc.Start = SetLoc;
+  P.Locs.Values.push_back(std::move(RootLoc));
   if (expect(Token::LBrace, "expected '{' after the guard set name") ||
       expect(Token::Eol, "expected end of line after '{'"))
     return true;
@@ -262,6 +266,9 @@ bool Parser::parseSet(std::vector<ParsedGuardSet> &Out) {
     } else if (Tok.isKeyword("tensor")) {
       Failed = parseTensor(P);
       What = "tensor spec";
+    } else if (Tok.isKeyword("origin")) {
+      Failed = parseOrigin(P);
+      What = "origin";
     } else if (Tok.is(Token::ValueRef)) {
       Failed = parseValue(P, RootSeen);
       What = "value";
@@ -269,7 +276,8 @@ bool Parser::parseSet(std::vector<ParsedGuardSet> &Out) {
       Failed = parseGuard(P);
       What = "guard";
     } else {
-      return error("expected 'object', 'tensor', '%N', 'guard' or '}'");
+      return error(
+          "expected 'object', 'tensor', 'origin', '%N', 'guard' or '}'");
     }
     if (Failed)
       return true;
@@ -367,6 +375,85 @@ bool Parser::parseTensor(ParsedGuardSet &P) {
   return false;
 }
 
+bool Parser::parseStringList(std::vector<std::string> &Out, StringRef What) {
+  Out.clear();
+  if (expect(Token::LSquare, "expected '[' for " + What))
+    return true;
+  if (Tok.is(Token::RSquare)) {
+    consume();
+    return false;
+  }
+  while (true) {
+    std::string S;
+    if (parseString(S, What))
+      return true;
+    Out.push_back(std::move(S));
+    if (Tok.is(Token::RSquare)) {
+      consume();
+      return false;
+    }
+    if (expect(Token::Comma, "expected ',' or ']' in " + What))
+      return true;
+  }
+}
+
+// origin N = "GUARD_TYPE" name="..." [derived=["..", ..]] [has_value]
+//            [global] [parameter] [nn_module] [builtin_nn_module]
+bool Parser::parseOrigin(ParsedGuardSet &P) {
+  EntityLoc Loc;
+  Loc.Start = Tok.loc();
+  consume();
+  SMLoc IdLoc = Tok.loc();
+  uint32_t Id;
+  if (parseUInt32(Id, "the origin id"))
+    return true;
+  size_t Expected = P.Set.origins().size();
+  if (Id != Expected)
+    return error(IdLoc, "origin defined out of order: expected " +
+                            Twine(Expected));
+  if (expect(Token::Equal, "expected '=' after the origin id"))
+    return true;
+  GuardOrigin O;
+  if (parseString(O.GuardType, "the origin's guard type"))
+    return true;
+  llvm::StringSet<> Seen;
+  bool NameSeen = false;
+  while (!atEntityEnd(Tok)) {
+    StringRef Name;
+    SMLoc NameLoc;
+    if (parseAttrName(Name, NameLoc, Seen))
+      return true;
+    bool *Flag = llvm::StringSwitch<bool *>(Name)
+                     .Case("has_value", &O.HasValue)
+                     .Case("global", &O.IsGlobal)
+                     .Case("parameter", &O.ValueIsParameter)
+                     .Case("nn_module", &O.UnspecializedNNModule)
+                     .Case("builtin_nn_module", &O.UnspecializedBuiltinNNModule)
+                     .Default(nullptr);
+    if (Flag) {
+      *Flag = true;
+      continue;
+    }
+    if (expectEqual(Name))
+      return true;
+    bool Failed;
+    if (Name == "name") {
+      Failed = parseString(O.Name, Name);
+      NameSeen = true;
+    } else if (Name == "derived")
+      Failed = parseStringList(O.DerivedGuardTypes, Name);
+    else
+      return error(NameLoc, "unknown origin attribute '" + Name + "'");
+    if (Failed)
+      return true;
+  }
+  if (!NameSeen)
+    return error(Loc.Start, "origin " + Twine(Id) + " has no name=\"...\"");
+  P.Set.addOrigin(std::move(O));
+  P.Locs.Origins.push_back(std::move(Loc));
+  return false;
+}
+
 // %N = accessor [%parent] [name="..."] [index=I] [key=#K] [source="..."]
 bool Parser::parseValue(ParsedGuardSet &P, bool &RootSeen) {
   EntityLoc Loc;
@@ -436,7 +523,7 @@ bool Parser::parseValue(ParsedGuardSet &P, bool &RootSeen) {
 }
 
 // guard kind [%a, %b ...] [object=#N] [aux=#N] [int=I] [str="..."]
-//   [tensor=N] [global] [nn_module] [builtin_nn_module] [parameter]
+//   [tensor=N] [origin=N]
 //   [source="..."] [loc="file":line] [verbose="..."]
 bool Parser::parseGuard(ParsedGuardSet &P) {
   EntityLoc Loc;
@@ -468,19 +555,7 @@ bool Parser::parseGuard(ParsedGuardSet &P) {
   while (!atEntityEnd(Tok)) {
     StringRef Name;
     SMLoc NameLoc;
-    if (parseAttrName(Name, NameLoc, Seen))
-      return true;
-    bool *Flag = llvm::StringSwitch<bool *>(Name)
-                     .Case("global", &A.IsGlobal)
-                     .Case("nn_module", &A.FromNNModule)
-                     .Case("builtin_nn_module", &A.FromBuiltinNNModule)
-                     .Case("parameter", &A.IsParameter)
-                     .Default(nullptr);
-    if (Flag) {
-      *Flag = true;
-      continue;
-    }
-    if (expectEqual(Name))
+    if (parseAttrName(Name, NameLoc, Seen) || expectEqual(Name))
       return true;
     bool Failed;
     if (Name == "object")
@@ -494,6 +569,9 @@ bool Parser::parseGuard(ParsedGuardSet &P) {
     else if (Name == "tensor") {
       Loc.Tensor = Tok.loc();
       Failed = parseUInt32(G.Tensor, Name);
+    } else if (Name == "origin") {
+      Loc.Origin = Tok.loc();
+      Failed = parseUInt32(G.Origin, Name);
     } else if (Name == "source")
       Failed = parseString(A.Source, Name);
     else if (Name == "loc")

@@ -92,21 +92,39 @@ static void printGuard(std::ostream &OS, const Guard &G) {
     OS << " str=" << quoteString(G.Str);
   if (G.Tensor != InvalidId)
     OS << " tensor=" << G.Tensor;
+  if (G.Origin != InvalidId)
+    OS << " origin=" << G.Origin;
   const GuardAttrs &A = G.Attrs;
-  if (A.IsGlobal)
-    OS << " global";
-  if (A.FromNNModule)
-    OS << " nn_module";
-  if (A.FromBuiltinNNModule)
-    OS << " builtin_nn_module";
-  if (A.IsParameter)
-    OS << " parameter";
   OS << " source=" << quoteString(A.Source);
   if (!A.Loc.empty() || A.Loc.Line != 0)
     OS << " loc=" << quoteString(A.Loc.File) << ':' << A.Loc.Line;
   // Last: Dynamo's verbose code parts are the longest attribute.
   if (!A.VerboseCode.empty())
     OS << " verbose=" << quoteString(A.VerboseCode);
+  OS << '\n';
+}
+
+// origin N = "GUARD_TYPE" name="..." [derived=["..", ..]] [has_value]
+//            [global] [parameter] [nn_module] [builtin_nn_module]
+static void printOrigin(std::ostream &OS, uint32_t Id, const GuardOrigin &O) {
+  OS << "  origin " << Id << " = " << quoteString(O.GuardType)
+     << " name=" << quoteString(O.Name);
+  if (!O.DerivedGuardTypes.empty()) {
+    OS << " derived=[";
+    for (size_t I = 0; I < O.DerivedGuardTypes.size(); ++I)
+      OS << (I ? ", " : "") << quoteString(O.DerivedGuardTypes[I]);
+    OS << ']';
+  }
+  if (O.HasValue)
+    OS << " has_value";
+  if (O.IsGlobal)
+    OS << " global";
+  if (O.ValueIsParameter)
+    OS << " parameter";
+  if (O.UnspecializedNNModule)
+    OS << " nn_module";
+  if (O.UnspecializedBuiltinNNModule)
+    OS << " builtin_nn_module";
   OS << '\n';
 }
 
@@ -120,6 +138,9 @@ static void printGuardSet(std::ostream &OS, const GuardSet &Set) {
   const auto &Specs = Set.tensorSpecs();
   for (size_t I = 0; I < Specs.size(); ++I)
     printTensorSpec(OS, static_cast<uint32_t>(I), Specs[I]);
+  const auto &Origins = Set.origins();
+  for (size_t I = 0; I < Origins.size(); ++I)
+    printOrigin(OS, static_cast<uint32_t>(I), Origins[I]);
   const auto &Values = Set.values();
   for (size_t I = 0; I < Values.size(); ++I)
     printValue(OS, static_cast<ValueId>(I), Values[I]);

@@ -262,6 +262,9 @@ private:
       report(Diag::Guard, I, Diag::TensorRef,
              Twine(Kind) + " takes no tensor spec");
     }
+    if (G.Origin != InvalidId && G.Origin >= S.origins().size())
+      report(Diag::Guard, I, Diag::OriginRef,
+             "use of undefined origin " + Twine(G.Origin));
     if (G.Kind == GuardKind::GlobalState && G.Str.empty())
       report(Diag::Guard, I, Diag::Whole,
              "global_state needs str=\"...\" (GlobalStateGuard's JSON state)");
@@ -348,6 +351,9 @@ bool guardjit::verifyGuardSet(const GuardSet &S, const GuardSetLocs &Locs,
         break;
       case Diag::TensorRef:
         Loc = E.at(E.Tensor);
+        break;
+      case Diag::OriginRef:
+        Loc = E.at(E.Origin);
         break;
       }
     }

@@ -53,6 +53,21 @@ class Recording:
     unsupported: list[str] = dataclasses.field(default_factory=list)
     # Leaf guards per Dynamo guard kind, for the cross-check against the tree.
     recorded_kinds: dict[str, int] = dataclasses.field(default_factory=dict)
+    # id(torch._guards.Guard) -> origin table id
+    origins: dict[int, int] = dataclasses.field(default_factory=dict)
+
+    def origin_id(self, origin: tuple[Any, tuple] | None) -> int:
+        """The origin table id of the Dynamo guard being created, -1 outside
+        any Guard.create() (guards torch's filters never see)."""
+        if origin is None:
+            return -1
+        guard, fields = origin
+        oid = self.origins.get(id(guard))
+        if oid is None:
+            oid = self.ir.add_origin(*fields)
+            self.origins[id(guard)] = oid
+            self.keep.append(guard)
+        return oid
 
     def object_id(self, kind: str, obj: Any, strong: bool) -> int:
         key = (kind, id(obj))
@@ -78,6 +93,8 @@ class _State(threading.local):
     def __init__(self) -> None:
         self.recordings: dict[int, Recording] = {}  # id(root) -> Recording
         self.owner: dict[int, Recording] = {}  # id(manager) -> Recording
+        # (Guard, add_origin arguments) of the Guard.create() running now
+        self.origin: tuple[Any, tuple] | None = None
 
 
 _state = _State()
@@ -252,8 +269,8 @@ def _add(rec: Recording, mgr: Any, kind: str, torch_kind: str, parts: Any, stack
     file, line = _user_loc(stack)
     source = rec.nodes[id(mgr)][0].get_source() if vid else "L"
     operands = [] if kind in _NO_OPERAND else [vid]
-    rec.ir.add_guard(kind, operands, source=source, file=file, line=line,
-                     verbose=_first(parts), **fields)
+    rec.ir.add_guard(kind, operands, source=source, origin=rec.origin_id(_state.origin),
+                     file=file, line=line, verbose=_first(parts), **fields)
     rec.recorded_kinds[torch_kind] = rec.recorded_kinds.get(torch_kind, 0) + 1
 
 
@@ -350,8 +367,7 @@ def _leaf_tensor_match(rec, mgr, value, sizes, strides, name, parts, stack, pyty
     strides = list(strides) if len(strides) or value.dim() == 0 else list(value.stride())
     spec = rec.ir.add_tensor_spec(value, rec.object_id("type", pytype, False), applied.raw_repr(),
                                   sizes, strides)
-    _add(rec, mgr, "tensor_match", "TENSOR_MATCH", parts, stack, dedup=True, tensor=spec,
-         parameter=isinstance(value, torch.nn.Parameter))
+    _add(rec, mgr, "tensor_match", "TENSOR_MATCH", parts, stack, dedup=True, tensor=spec)
 
 
 def _leaf_dimension_marking(rec, mgr, expected, absent, dependent, parts, stack):
@@ -505,11 +521,49 @@ def install() -> None:
         setattr(dynamo_guards, name, wrapper)
 
     _mirror_mode_flag()
+    _track_guard_origins()
     wrap_install("install_no_tensor_aliasing_guard", _on_no_tensor_aliasing)
     for name in ("install_object_aliasing_guard", "install_storage_overlapping_guard",
                  "install_symbolic_shape_guard"):
         wrap_install(name, functools.partial(_on_unsupported_install, name))
     _installed = True
+
+
+def _origin_fields(guard: Any, builder: Any) -> tuple:
+    """add_origin arguments: the GuardFilterEntry torch builds for `guard`
+    (torch/_dynamo/guards.py make_guard_filter_entry), plus the two source
+    predicates the nn-module filters call on `entry.orig_guard.source`."""
+    entry = dynamo_guards.make_guard_filter_entry(guard, builder)
+    source = guard.source
+    return (str(entry.guard_type), str(entry.name),
+            [str(t) for t in entry.derived_guard_types], bool(entry.has_value),
+            bool(entry.is_global),
+            bool(entry.has_value and isinstance(entry.value, torch.nn.Parameter)),
+            bool(source.is_unspecialized_nn_module()),
+            bool(source.is_unspecialized_builtin_nn_module()))
+
+
+def _track_guard_origins() -> None:
+    """Wraps torch._guards.Guard.create, which GuardBuilder calls once per
+    Dynamo guard, so each leaf guard recorded meanwhile knows its origin."""
+    from torch._guards import Guard
+
+    orig = Guard.create
+
+    @functools.wraps(orig)
+    def create(self, builder):
+        outer = _state.origin
+        try:
+            _state.origin = (self, _origin_fields(self, builder))
+        except Exception:  # the entry cannot be built: filters cannot see it
+            _state.origin = None
+        try:
+            return orig(self, builder)
+        finally:
+            _state.origin = outer
+
+    _originals.append((Guard, "create", orig))
+    Guard.create = create
 
 
 def _mirror_mode_flag() -> None:

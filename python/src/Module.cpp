@@ -131,6 +131,30 @@ PYBIND11_MODULE(_core, M) {
           py::arg("kind"), py::arg("parent"), py::arg("source"),
           py::arg("name") = "", py::arg("index") = -1, py::arg("key") = -1)
       .def(
+          "add_origin",
+          [](GuardSet &S, const std::string &GuardType, const std::string &Name,
+             const std::vector<std::string> &Derived, bool HasValue,
+             bool IsGlobal, bool ValueIsParameter, bool NNModule,
+             bool BuiltinNNModule) {
+            GuardOrigin O;
+            O.GuardType = GuardType;
+            O.Name = Name;
+            O.DerivedGuardTypes = Derived;
+            O.HasValue = HasValue;
+            O.IsGlobal = IsGlobal;
+            O.ValueIsParameter = ValueIsParameter;
+            O.UnspecializedNNModule = NNModule;
+            O.UnspecializedBuiltinNNModule = BuiltinNNModule;
+            return S.addOrigin(std::move(O));
+          },
+          py::arg("guard_type"), py::arg("name"), py::arg("derived") = std::vector<std::string>{},
+          py::arg("has_value") = false, py::arg("is_global") = false,
+          py::arg("value_is_parameter") = false, py::arg("nn_module") = false,
+          py::arg("builtin_nn_module") = false,
+          "Adds the GuardFilterEntry fields of one Dynamo guard (torch/_guards.py, "
+          "make_guard_filter_entry in torch/_dynamo/guards.py) and returns its id "
+          "for add_guard(origin=...).")
+      .def(
           "add_tensor_spec",
           [](GuardSet &S, py::handle Tensor, int64_t PyType, uint64_t Keys,
              const py::list &Sizes, const py::list &Strides) {
@@ -157,9 +181,9 @@ PYBIND11_MODULE(_core, M) {
           [](GuardSet &S, const std::string &Kind,
              const std::vector<uint32_t> &Operands, int64_t Object, int64_t Aux,
              int64_t Int, const std::string &Str, int64_t Tensor,
-             const std::string &Source, bool IsGlobal, bool NNModule,
-             bool BuiltinNNModule, bool Parameter, const std::string &File,
-             uint32_t Line, const std::string &Verbose) {
+             const std::string &Source, int64_t Origin,
+             const std::string &File, uint32_t Line,
+             const std::string &Verbose) {
             auto K = parseGuardKind(Kind);
             if (!K)
               throw py::value_error("unknown guard kind '" + Kind + "'");
@@ -172,6 +196,8 @@ PYBIND11_MODULE(_core, M) {
               throw py::value_error("undefined object");
             if (Tensor >= static_cast<int64_t>(S.tensorSpecs().size()))
               throw py::value_error("undefined tensor spec");
+            if (Origin >= static_cast<int64_t>(S.origins().size()))
+              throw py::value_error("undefined origin");
             Guard G;
             G.Kind = *K;
             G.Operands = Operands;
@@ -181,10 +207,7 @@ PYBIND11_MODULE(_core, M) {
             G.Str = Str;
             G.Tensor = optId(Tensor);
             G.Attrs.Source = Source;
-            G.Attrs.IsGlobal = IsGlobal;
-            G.Attrs.FromNNModule = NNModule;
-            G.Attrs.FromBuiltinNNModule = BuiltinNNModule;
-            G.Attrs.IsParameter = Parameter;
+            G.Origin = optId(Origin);
             G.Attrs.Loc = {File, Line};
             G.Attrs.VerboseCode = Verbose;
             S.addGuard(std::move(G));
@@ -192,9 +215,7 @@ PYBIND11_MODULE(_core, M) {
           py::arg("kind"), py::arg("operands"), py::arg("object") = -1,
           py::arg("aux") = -1, py::arg("int") = 0, py::arg("str") = "",
           py::arg("tensor") = -1, py::arg("source") = "",
-          py::arg("is_global") = false, py::arg("nn_module") = false,
-          py::arg("builtin_nn_module") = false, py::arg("parameter") = false,
-          py::arg("file") = "", py::arg("line") = 0, py::arg("verbose") = "")
+          py::arg("origin") = -1, py::arg("file") = "", py::arg("line") = 0, py::arg("verbose") = "")
       .def_property_readonly("num_guards",
                              [](const GuardSet &S) { return S.guards().size(); })
       .def_property_readonly("num_values",

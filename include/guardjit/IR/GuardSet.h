@@ -116,13 +116,28 @@ struct TensorSpec {
   std::vector<std::optional<int64_t>> Strides; ///< nullopt = dynamic dim
 };
 
-/// Attributes every guard keeps for the filters (GuardFilterEntry fields).
+/// The Dynamo guard (`torch._guards.Guard`) a leaf guard was built from: the
+/// fields of torch's `GuardFilterEntry` (torch/_guards.py, built by
+/// `make_guard_filter_entry` in torch/_dynamo/guards.py) that `guard_filter_fn`
+/// filters read. One Dynamo guard expands into one or more IR guards; a filter
+/// keeps or drops them together.
+struct GuardOrigin {
+  std::string GuardType; ///< `guard_type`: create_fn_name(), e.g. "TENSOR_MATCH"
+  std::string Name;      ///< `name`: source name, local scope stripped
+  /// `derived_guard_types`, e.g. {"ID_MATCH"} for a module's NN_MODULE guard.
+  std::vector<std::string> DerivedGuardTypes;
+  bool HasValue = false;         ///< `has_value`
+  bool IsGlobal = false;         ///< `is_global`
+  bool ValueIsParameter = false; ///< isinstance(value, torch.nn.Parameter)
+  /// `orig_guard.source.is_unspecialized_nn_module()`
+  bool UnspecializedNNModule = false;
+  /// `orig_guard.source.is_unspecialized_builtin_nn_module()`
+  bool UnspecializedBuiltinNNModule = false;
+};
+
+/// Where a guard comes from, for diagnostics and the printer.
 struct GuardAttrs {
   std::string Source;       ///< e.g. "L['self'].layers[0].scale"
-  bool IsGlobal = false;
-  bool FromNNModule = false;        ///< source is an unspecialized nn.Module
-  bool FromBuiltinNNModule = false; ///< ... of a torch.nn built-in module
-  bool IsParameter = false;
   UserLoc Loc;
   std::string VerboseCode;  ///< Dynamo's verbose code part
 };
@@ -138,6 +153,9 @@ struct Guard {
   int64_t Int = 0;               ///< length, or the bool of DICT_CONTAINS
   std::string Str;               ///< serialized state (GLOBAL_STATE JSON)
   uint32_t Tensor = InvalidId;   ///< index into GuardSet::tensorSpecs()
+  /// Index into GuardSet::origins(); InvalidId when Dynamo installed the guard
+  /// outside any Guard's create() (torch's filters never see it: it stays).
+  uint32_t Origin = InvalidId;
   GuardAttrs Attrs;
 };
 
@@ -159,6 +177,7 @@ public:
   /// or adds it: each object is read once per call.
   ValueId getOrAddValue(Value V);
   uint32_t addTensorSpec(TensorSpec S);
+  uint32_t addOrigin(GuardOrigin O);
   void addGuard(Guard G);
 
   const std::vector<ObjectEntry> &objects() const { return Objects; }
@@ -171,6 +190,8 @@ public:
   std::vector<Guard> &guards() { return Guards; }
   const std::vector<TensorSpec> &tensorSpecs() const { return TensorSpecs; }
   std::vector<TensorSpec> &tensorSpecs() { return TensorSpecs; }
+  const std::vector<GuardOrigin> &origins() const { return Origins; }
+  std::vector<GuardOrigin> &origins() { return Origins; }
 
   const Value &value(ValueId Id) const { return Values[Id]; }
   const ObjectEntry &object(ObjectId Id) const { return Objects[Id]; }
@@ -184,6 +205,7 @@ private:
   std::vector<ObjectEntry> Objects;
   std::vector<Value> Values;
   std::vector<TensorSpec> TensorSpecs;
+  std::vector<GuardOrigin> Origins;
   std::vector<Guard> Guards;
 };
 

@@ -39,6 +39,7 @@ struct EntityLoc {
   llvm::SMLoc Object; ///< key=#N of a value, object=#N of a guard, pytype=#N
   llvm::SMLoc Aux;    ///< aux=#N of a guard
   llvm::SMLoc Tensor; ///< tensor=N of a guard
+  llvm::SMLoc Origin; ///< origin=N of a guard
 
   llvm::SMLoc at(llvm::SMLoc L) const { return L.isValid() ? L : Start; }
   llvm::SMLoc operand(size_t I) const {
@@ -49,7 +50,7 @@ struct EntityLoc {
 /// Locations of every entity of one parsed guard set, indexed like the IR.
 struct GuardSetLocs {
   llvm::SMLoc Set; ///< the `guard_set` keyword
-  std::vector<EntityLoc> Objects, TensorSpecs, Values, Guards;
+  std::vector<EntityLoc> Objects, TensorSpecs, Origins, Values, Guards;
 };
 
 struct ParsedGuardSet {

@@ -33,7 +33,7 @@ struct GuardSetLocs;
 struct VerifierDiagnostic {
   enum EntityKind { Set, Object, TensorSpec, Value, Guard };
   /// The part of the entity at fault, for pointing at it in the text.
-  enum FieldKind { Whole, Operand, ObjectRef, AuxRef, TensorRef };
+  enum FieldKind { Whole, Operand, ObjectRef, AuxRef, TensorRef, OriginRef };
   EntityKind Entity = Set;
   uint32_t Index = 0;        ///< id of the entity (guard index for guards)
   FieldKind Field = Whole;

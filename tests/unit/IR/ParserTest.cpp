@@ -43,6 +43,18 @@ GuardSet makeEverything() {
   T.Strides = {std::numeric_limits<int64_t>::max(), std::nullopt, 1};
   uint32_t Spec = S.addTensorSpec(T);
 
+  // Origins with every flag combination that matters to a filter.
+  GuardOrigin Bare;
+  Bare.GuardType = "SHAPE_ENV";
+  S.addOrigin(Bare);
+  GuardOrigin Full;
+  Full.GuardType = "TENSOR_MATCH";
+  Full.Name = "self.layers[0].w \"q\"";
+  Full.DerivedGuardTypes = {"ID_MATCH", "TYPE_MATCH"};
+  Full.HasValue = Full.IsGlobal = Full.ValueIsParameter = true;
+  Full.UnspecializedNNModule = Full.UnspecializedBuiltinNNModule = true;
+  S.addOrigin(Full);
+
   ValueId Last = GuardSet::root();
   ValueId GlobalsValue = GuardSet::root();
 #define GJ_ACCESSOR(Enum, Spelling, TorchName)                                 \
@@ -85,10 +97,7 @@ GuardSet makeEverything() {
     Guard G;                                                                   \
     G.Kind = GuardKind::Enum;                                                  \
     G.Attrs.Source = Spelling;                                                 \
-    G.Attrs.IsGlobal = N % 2;                                                  \
-    G.Attrs.FromNNModule = N % 3 == 0;                                         \
-    G.Attrs.FromBuiltinNNModule = N % 4 == 0;                                  \
-    G.Attrs.IsParameter = N % 5 == 0;                                          \
+    G.Origin = N % 3 == 2 ? InvalidId : N % 3;                                 \
     G.Attrs.VerboseCode = N % 2 ? "" : "verbose \"" Spelling "\"";             \
     G.Attrs.Loc = {N % 3 ? "model.py" : "", N};                                \
     ++N;                                                                       \
@@ -202,6 +211,18 @@ TEST(ParserTest, EveryKindRoundTrips) {
   EXPECT_EQ(T.DeviceIndex, U.DeviceIndex);
   EXPECT_EQ(T.Sizes, U.Sizes);
   EXPECT_EQ(T.Strides, U.Strides);
+  ASSERT_EQ(P.origins().size(), S.origins().size());
+  for (size_t I = 0; I < S.origins().size(); ++I) {
+    const GuardOrigin &A = P.origins()[I], &B = S.origins()[I];
+    EXPECT_EQ(A.GuardType, B.GuardType);
+    EXPECT_EQ(A.Name, B.Name);
+    EXPECT_EQ(A.DerivedGuardTypes, B.DerivedGuardTypes);
+    EXPECT_EQ(A.HasValue, B.HasValue);
+    EXPECT_EQ(A.IsGlobal, B.IsGlobal);
+    EXPECT_EQ(A.ValueIsParameter, B.ValueIsParameter);
+    EXPECT_EQ(A.UnspecializedNNModule, B.UnspecializedNNModule);
+    EXPECT_EQ(A.UnspecializedBuiltinNNModule, B.UnspecializedBuiltinNNModule);
+  }
   ASSERT_EQ(P.guards().size(), S.guards().size());
   for (size_t I = 0; I < S.guards().size(); ++I) {
     const Guard &A = P.guards()[I], &B = S.guards()[I];
@@ -213,10 +234,7 @@ TEST(ParserTest, EveryKindRoundTrips) {
     EXPECT_EQ(A.Str, B.Str);
     EXPECT_EQ(A.Tensor, B.Tensor);
     EXPECT_EQ(A.Attrs.Source, B.Attrs.Source);
-    EXPECT_EQ(A.Attrs.IsGlobal, B.Attrs.IsGlobal);
-    EXPECT_EQ(A.Attrs.FromNNModule, B.Attrs.FromNNModule);
-    EXPECT_EQ(A.Attrs.FromBuiltinNNModule, B.Attrs.FromBuiltinNNModule);
-    EXPECT_EQ(A.Attrs.IsParameter, B.Attrs.IsParameter);
+    EXPECT_EQ(A.Origin, B.Origin);
     EXPECT_EQ(A.Attrs.VerboseCode, B.Attrs.VerboseCode);
     EXPECT_EQ(A.Attrs.Loc.File, B.Attrs.Loc.File);
     EXPECT_EQ(A.Attrs.Loc.Line, B.Attrs.Loc.Line);

@@ -38,7 +38,11 @@ GuardSet makeSet() {
   TG.Operands = {XId};
   TG.Tensor = TId;
   TG.Attrs.Source = "L['x']";
-  TG.Attrs.IsParameter = true;
+  GuardOrigin O;
+  O.GuardType = "TENSOR_MATCH";
+  O.Name = "x";
+  O.HasValue = O.ValueIsParameter = true;
+  TG.Origin = S.addOrigin(O);
   S.addGuard(TG);
   return S;
 }
@@ -50,12 +54,14 @@ TEST(PrinterTest, PrintsEveryPart) {
                   "  object #1 = key strong \"'x'\"\n"
                   "  tensor 0 = pytype=#0 keys=0x8001 dtype=6 device=-1 "
                   "requires_grad=false sizes=[2, ?] strides=[8, 1]\n"
+                  "  origin 0 = \"TENSOR_MATCH\" name=\"x\" has_value "
+                  "parameter\n"
                   "  %0 = root source=\"L\"\n"
                   "  %1 = frame_local %0 name=\"x\" index=1 key=#1 "
                   "source=\"L['x']\"\n"
                   "  guard type_match %1 object=#0 source=\"L['x']\" "
                   "loc=\"model.py\":12\n"
-                  "  guard tensor_match %1 tensor=0 parameter "
+                  "  guard tensor_match %1 tensor=0 origin=0 "
                   "source=\"L['x']\"\n"
                   "}\n");
 }
