@@ -22,7 +22,7 @@ static bool sameTensorSpec(const GuardSet &S, uint32_t A, uint32_t B) {
 
 static bool sameGuard(const GuardSet &S, const Guard &A, const Guard &B) {
   return A.Kind == B.Kind && A.Operands == B.Operands &&
-         A.Int == B.Int && A.Str == B.Str &&
+         A.Origin == B.Origin && A.Int == B.Int && A.Str == B.Str &&
          sameObject(S, A.Object, B.Object) && sameObject(S, A.Aux, B.Aux) &&
          sameTensorSpec(S, A.Tensor, B.Tensor);
 }

@@ -6,6 +6,7 @@
 #include "guardjit/Transforms/DeadValues.h"
 #include "guardjit/Transforms/Dedup.h"
 #include "guardjit/Transforms/FoldImplied.h"
+#include "guardjit/Transforms/GuardFilters.h"
 #include "guardjit/Transforms/Order.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -235,10 +236,10 @@ void guardjit::printPassNames(raw_ostream &OS) {
     std::string Name = I.Name.str();
     if (!I.Params.empty())
       Name += "<" + I.Params.str() + ">";
-    OS << "  " << left_justify(Name, 42) << I.Description << '\n';
+    OS << "  " << left_justify(Name, 42) << " " << I.Description << '\n';
   }
   OS << "Pipelines:\n";
   for (const PipelineInfo &I : Pipelines)
-    OS << "  " << left_justify(I.Name, 42) << I.Description << " ("
+    OS << "  " << left_justify(I.Name, 42) << " " << I.Description << " ("
        << I.Expansion << ")\n";
 }
