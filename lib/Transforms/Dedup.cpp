@@ -20,9 +20,14 @@ static bool sameTensorSpec(const GuardSet &S, uint32_t A, uint32_t B) {
          TA.Strides == TB.Strides;
 }
 
+// Origins are not compared: the recorder writes one copy of a check per
+// Dynamo guard that asked for it (recorder._add) so that a filter keeps the
+// check iff torch's rebuild has it; filters run before any structural pass
+// (PassPipeline.h), so once dedup runs the copies are plain duplicates and
+// the first (the one Dynamo's tree keeps) stays.
 static bool sameGuard(const GuardSet &S, const Guard &A, const Guard &B) {
-  return A.Kind == B.Kind && A.Operands == B.Operands &&
-         A.Origin == B.Origin && A.Int == B.Int && A.Str == B.Str &&
+  return A.Kind == B.Kind && A.Operands == B.Operands && A.Int == B.Int &&
+         A.Str == B.Str &&
          sameObject(S, A.Object, B.Object) && sameObject(S, A.Aux, B.Aux) &&
          sameTensorSpec(S, A.Tensor, B.Tensor);
 }

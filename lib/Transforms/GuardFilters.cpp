@@ -7,11 +7,15 @@
 
 using namespace guardjit;
 
-/// The type and size checks a DictGuardManager makes of itself: the
-/// recorder writes them as origin-less TYPE_MATCH / DICT_LENGTH on the dict.
+/// A path guard: one that exists in torch's tree iff the manager of its
+/// value does. The recorder writes them without an origin: the type and size
+/// checks a DictGuardManager makes of itself (TYPE_MATCH / DICT_LENGTH on the
+/// dict) and the EQUALS_MATCH / ID_MATCH GuardBuilder adds on a dict key
+/// while it walks a source's path (get_guard_manager_from_source). They do
+/// not keep their value alive; they go with it.
 static bool isManagerCheck(const Guard &G) {
   return G.Origin == InvalidId && G.Operands.size() == 1 &&
-         (G.Kind == GuardKind::TypeMatch || G.Kind == GuardKind::DictLength);
+         G.Kind != GuardKind::NoTensorAliasing;
 }
 
 /// torch's is_global: the source is rooted at the globals
@@ -80,8 +84,12 @@ void GuardFilterPass::run(GuardSet &S, const PassContext &) {
   std::vector<bool> LiveChild(NumValues, false), DeadValue(NumValues, false);
   for (ValueId V = NumValues; V-- > 1;) {
     bool Live = Guarded[V] || LiveChild[V];
-    if (!Live && !Before.GuardUses[V] && !Before.Children[V]) {
-      // A HASATTR guard's accessor (no recorded origin).
+    if (!Live && !Before.GuardUses[V] && !Before.Children[V] &&
+        S.value(V).Origin != InvalidId) {
+      // A HASATTR guard's accessor, with the origin the recorder gave it.
+      Live = OriginKept[S.value(V).Origin];
+    } else if (!Live && !Before.GuardUses[V] && !Before.Children[V]) {
+      // A HASATTR guard's accessor without a recorded origin (parsed IR).
       switch (unrecorded()) {
       case Unrecorded::Keep:
         Live = true;
@@ -97,6 +105,22 @@ void GuardFilterPass::run(GuardSet &S, const PassContext &) {
       LiveChild[S.value(V).Parent] = true;
     else
       DeadValue[V] = true;
+  }
+  // GuardBuilder creates a dict key's manager while it walks to the value
+  // at the same index (get_key_manager before get_value_manager): a key
+  // whose value entry stays, stays.
+  for (ValueId V = 1; V < NumValues; ++V) {
+    const Value &K = S.value(V);
+    if (!DeadValue[V] || K.Kind != AccessorKind::DictKey)
+      continue;
+    for (ValueId W = 1; W < NumValues; ++W) {
+      const Value &E = S.value(W);
+      if (!DeadValue[W] && E.Kind == AccessorKind::DictValue &&
+          E.Parent == K.Parent && E.Index == K.Index) {
+        DeadValue[V] = false;
+        break;
+      }
+    }
   }
   for (size_t I = 0; I < Gs.size(); ++I)
     if (isManagerCheck(Gs[I]) && DeadValue[Gs[I].Operands[0]])

@@ -84,8 +84,11 @@ def canonical(text: str, keep_locations: bool = True) -> Canonical:
             sources[vid] = src.group(1)[1:-1] if src else f"?{vid}"
             if kind == "root":
                 continue
+            # A value's origin is the first Dynamo guard that made it: which
+            # one depends on the guards built before, so it is not compared.
+            rest = _sub_outside_strings(_REF_ORIGIN, "", rest)
             rest = _sub_outside_strings(_REF_OBJ, obj, rest)
-            values[kind + " " + _sub_outside_strings(_REF_VAL, val, rest).strip()] += 1
+            values[kind + " " + " ".join(_sub_outside_strings(_REF_VAL, val, rest).split())] += 1
         elif m := _GUARD.match(line):
             kind, rest = m.groups()
             origin = _REF_ORIGIN.search(_strip_strings(rest))
@@ -104,6 +107,30 @@ def canonical(text: str, keep_locations: bool = True) -> Canonical:
         else:
             raise ValueError(f"unexpected .gir line: {raw!r}")
     return Canonical(guards, values, by_origin)
+
+
+_ORIGIN_ATTR = re.compile(r" origin=\{(" + r'"[^"]*" name=' + _STR + r")[^}]*\}")
+# Dynamo names the builtins dict it installs as a global with a counter that
+# grows with every build (`__builtins_dict___2`); every such name holds the
+# same dict, so the counter is not part of a guard's identity.
+_BUILTINS = re.compile(r"__builtins_dict___\d+")
+
+
+def guard_view(text: str) -> tuple[dict[str, str], collections.Counter]:
+    """({guard without its origin: (GUARD_TYPE, name) of the first guard
+    with that text}, values) of ``text``.
+
+    Copies of one check that differ only in their origin (the recorder keeps
+    one per Dynamo guard that asked for it, see recorder._add) count once;
+    the first in IR order is the one Dynamo's tree keeps.
+    """
+    c = canonical(_BUILTINS.sub("__builtins_dict___N", text))
+    first: dict[str, str] = {}
+    for line in c.guards:  # insertion order = IR order
+        m = _ORIGIN_ATTR.search(line)
+        key = _ORIGIN_ATTR.sub("", line)
+        first.setdefault(key, m.group(1) if m else "-")
+    return first, c.values
 
 
 def difference(a: collections.Counter, b: collections.Counter) -> tuple[list, list]:

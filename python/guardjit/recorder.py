@@ -95,7 +95,10 @@ class _State(threading.local):
         self.recordings: dict[int, Recording] = {}  # id(root) -> Recording
         self.owner: dict[int, Recording] = {}  # id(manager) -> Recording
         # (Guard, add_origin arguments) of the Guard.create() running now
+        # (None while GuardBuilder walks a path: see _track_guard_origins)
         self.origin: tuple[Any, tuple] | None = None
+        # the same, also while walking a path: the guard that makes a value
+        self.creating: tuple[Any, tuple] | None = None
         # id(Guard) -> (Guard, add_origin arguments after its first create()):
         # the entry torch's guard_filter_fn sees (it is built after the first
         # build; create() appends to Guard.guard_types), kept for the rebuild
@@ -242,7 +245,8 @@ def _on_accessor(method: str, mgr: Any, child: Any, args: tuple, kwargs: dict) -
         g = a["global_name"]
         key = rec.object_id("key", g, True)
         name = g if isinstance(g, str) else ""
-    vid = rec.ir.add_value(kind, parent, source, name, index, key)
+    vid = rec.ir.add_value(kind, parent, source, name, index, key,
+                           origin=rec.origin_id(_state.creating))
     rec.nodes[id(child)] = (child, vid, example)
     _state.owner[id(child)] = rec
     if isinstance(child, _DGM):
@@ -590,19 +594,20 @@ def _track_guard_origins() -> None:
 
     @functools.wraps(orig)
     def create(self, builder):
-        outer = _state.origin
+        outer, outer_creating = _state.origin, _state.creating
         settled = _state.settled.get(id(self))
         try:
             fields = settled[1] if settled is not None else _origin_fields(self, builder)
             _state.origin = (self, fields)
         except Exception:  # the entry cannot be built: filters cannot see it
             _state.origin = None
+        _state.creating = _state.origin
         codes = getattr(builder, "object_aliasing_guard_codes", None)
         n_codes = len(codes) if codes is not None else 0
         try:
             return orig(self, builder)
         finally:
-            _state.origin = outer
+            _state.origin, _state.creating = outer, outer_creating
             if settled is None:
                 _settle_origin(self, builder)
             if codes is not None and len(codes) > n_codes and id(self) in _state.settled:

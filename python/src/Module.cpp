@@ -14,6 +14,7 @@
 #include "guardjit/JIT/Engine.h"
 #include "guardjit/Runtime/BoundGuardSet.h"
 #include "guardjit/Runtime/Interpreter.h"
+#include "guardjit/Transforms/PassPipeline.h"
 #include "guardjit/TorchRuntime/TorchRuntime.h"
 
 #include "llvm/Config/llvm-config.h"
@@ -112,7 +113,7 @@ PYBIND11_MODULE(_core, M) {
           "add_value",
           [](GuardSet &S, const std::string &Kind, uint32_t Parent,
              const std::string &Source, const std::string &Name, int64_t Index,
-             int64_t Key) {
+             int64_t Key, int64_t Origin) {
             auto K = parseAccessorKind(Kind);
             if (!K || *K == AccessorKind::Root)
               throw py::value_error("unknown accessor '" + Kind + "'");
@@ -126,10 +127,14 @@ PYBIND11_MODULE(_core, M) {
             V.Name = Name;
             V.Index = Index;
             V.Key = optId(Key);
+            if (Origin >= static_cast<int64_t>(S.origins().size()))
+              throw py::value_error("undefined origin");
+            V.Origin = optId(Origin);
             return S.addValue(std::move(V));
           },
           py::arg("kind"), py::arg("parent"), py::arg("source"),
-          py::arg("name") = "", py::arg("index") = -1, py::arg("key") = -1)
+          py::arg("name") = "", py::arg("index") = -1, py::arg("key") = -1,
+          py::arg("origin") = -1)
       .def(
           "add_origin",
           [](GuardSet &S, const std::string &GuardType, const std::string &Name,
@@ -362,6 +367,76 @@ PYBIND11_MODULE(_core, M) {
         return py::make_tuple(T->Calls, T->Failures, T->Fn != nullptr);
       },
       "(calls, failures, native) of a callable made by make_guard.");
+
+  M.def(
+      "run_pipeline",
+      [](GuardSet &S, const std::string &Text) {
+        llvm::Expected<PassPipeline> P = PassPipeline::parse(Text);
+        if (!P) {
+          std::string Msg;
+          llvm::handleAllErrors(
+              P.takeError(),
+              [&](const PipelineError &E) {
+                Msg = "col " + std::to_string(E.column() + 1) + ": " + E.text();
+              },
+              [&](const llvm::ErrorInfoBase &E) { Msg = E.message(); });
+          throw py::value_error("guardjit: invalid pipeline '" + Text +
+                                "': " + Msg);
+        }
+        // Facts about the live objects the set holds (it is bound to them
+        // or about to be; the caller keeps them alive). A type with
+        // Py_TPFLAGS_IMMUTABLETYPE (not a module type) can never be
+        // replaced by `obj.__class__ = T` (typeobject.c, object_set_class).
+        PassContext Ctx;
+        Ctx.Facts.FixedTypeOf = [](uintptr_t Address) -> uintptr_t {
+          if (!Address)
+            return 0;
+          PyTypeObject *T = Py_TYPE(reinterpret_cast<PyObject *>(Address));
+          if (!(T->tp_flags & Py_TPFLAGS_IMMUTABLETYPE) ||
+              PyType_IsSubtype(T, &PyModule_Type))
+            return 0;
+          return reinterpret_cast<uintptr_t>(T);
+        };
+        Ctx.Facts.None = reinterpret_cast<uintptr_t>(Py_None);
+        Ctx.Facts.True = reinterpret_cast<uintptr_t>(Py_True);
+        Ctx.Facts.False = reinterpret_cast<uintptr_t>(Py_False);
+        int64_t Guards = static_cast<int64_t>(S.guards().size());
+        int64_t Values = static_cast<int64_t>(S.values().size());
+        std::vector<PassRunStats> Stats;
+        if (llvm::Error E = P->run(S, Ctx, &Stats))
+          throw std::runtime_error("guardjit: pipeline '" + Text +
+                                   "' failed: " + llvm::toString(std::move(E)));
+        py::list Out;
+        for (const PassRunStats &R : Stats) {
+          py::dict D;
+          D["pass"] = R.Pass;
+          int64_t Removed = 0;
+          py::dict ByKind;
+          for (size_t K = 0; K < R.GuardsRemoved.size(); ++K) {
+            Removed += R.GuardsRemoved[K];
+            if (R.GuardsRemoved[K])
+              ByKind[py::str(std::string(torchName(static_cast<GuardKind>(K))))] =
+                  R.GuardsRemoved[K];
+          }
+          D["guards_before"] = Guards;
+          D["guards_after"] = Guards - Removed;
+          D["values_before"] = Values;
+          D["values_after"] = Values - R.ValuesRemoved;
+          D["guards_removed"] = ByKind;
+          D["us"] = R.Micros;
+          Guards -= Removed;
+          Values -= R.ValuesRemoved;
+          Out.append(D);
+        }
+        return Out;
+      },
+      py::arg("guard_set"), py::arg("pipeline"),
+      "Runs a pass pipeline (guard-ir-opt -passes= syntax, e.g. 'default' or "
+      "'skip_guard_on_all_nn_modules_unsafe,default') over the set in place. "
+      "Call with the GIL held and the set's objects alive (passes read their "
+      "types). Returns one dict per pass: pass, guards_before/after, "
+      "values_before/after (accessor reads), guards_removed {KIND: n}, us. "
+      "Raises ValueError for a bad pipeline text (with the column).");
 
   M.def("set_in_mode_without_ignore_compile_internals",
         &setInModeWithoutIgnoreCompileInternals, py::arg("in_mode"),

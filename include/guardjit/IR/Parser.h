@@ -39,7 +39,7 @@ struct EntityLoc {
   llvm::SMLoc Object; ///< key=#N of a value, object=#N of a guard, pytype=#N
   llvm::SMLoc Aux;    ///< aux=#N of a guard
   llvm::SMLoc Tensor; ///< tensor=N of a guard
-  llvm::SMLoc Origin; ///< origin=N of a guard
+  llvm::SMLoc Origin; ///< origin=N of a guard or a value
 
   llvm::SMLoc at(llvm::SMLoc L) const { return L.isValid() ? L : Start; }
   llvm::SMLoc operand(size_t I) const {

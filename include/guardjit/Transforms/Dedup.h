@@ -2,7 +2,8 @@
 //
 // `dedup`: removes a guard equal to an earlier one: same kind, same operand
 // values (in order), same object / aux / int / str, equal TENSOR_MATCH
-// parameters, and the same torch origin.
+// parameters; the origin is not compared (copies of one check that differ
+// only in their Dynamo guard are duplicates once the filters have run).
 //
 // Soundness: the check is a conjunction, so `g && g` == `g` provided the
 // second evaluation of `g` answers as the first. Operands are the same

@@ -14,19 +14,27 @@
 //     tensor (build_guards). Its operands are narrowed to the values whose
 //     TENSOR_MATCH survived; with one or none left it is removed.
 //  3. The object-aliasing epilogue lambda (`x is y`, installed in
-//     build_guards from the DUPLICATE_INPUT guards' code parts) is removed
-//     when the filter rejects every DUPLICATE_INPUT guard whatever its fields
-//     (keep_tensor, keep_portable, skip_all). The IR records no origin for
-//     DUPLICATE_INPUT (it installs no leaf guard), so for the other filters
-//     it stays: a stricter check than torch's, never a looser one.
+//     build_guards from the DUPLICATE_INPUT guards' code parts) carries the
+//     origin of the first DUPLICATE_INPUT guard (recorder.py), so step 1
+//     decides it. Without an origin (hand-written IR) it is removed when the
+//     filter rejects every DUPLICATE_INPUT guard whatever its fields
+//     (keep_tensor, keep_portable, skip_all) and stays otherwise: a
+//     stricter check than torch's, never a looser one.
 //  4. Values: torch creates a manager only for a kept guard's source. A
 //     value stays when a kept guard reads it or it has a kept child; the
 //     type and size checks a DictGuardManager makes of itself (origin-less
 //     TYPE_MATCH / DICT_LENGTH on the dict) do not keep it. A value that
 //     had no guard and no child before the filter is a HASATTR guard's
-//     accessor (the IR records no origin for it either): it goes when the
-//     filter rejects HASATTR whatever its fields, or (skip_guard_on_globals)
-//     when its chain starts at the globals; otherwise it stays.
+//     accessor: it stays iff the filter keeps the value's origin (the
+//     Dynamo guard whose create() made it, Value::Origin). Without one
+//     (hand-written IR) it goes when the filter rejects HASATTR whatever its
+//     fields, or (skip_guard_on_globals) when its chain starts at the
+//     globals; otherwise it stays.
+//     The recorder writes path guards (a DictGuardManager's own type and
+//     size checks, the EQUALS_MATCH GuardBuilder puts on a dict key while
+//     walking to the value at that index) without an origin: they do not
+//     keep their value and go with it; a dict key's value stays with the
+//     dict value of the same index.
 //
 // These passes are unsafe by design (they drop guards) and must run before
 // any structural pass (PassPipeline.h).
