@@ -84,9 +84,10 @@ void GuardFilterPass::run(GuardSet &S, const PassContext &) {
   std::vector<bool> LiveChild(NumValues, false), DeadValue(NumValues, false);
   for (ValueId V = NumValues; V-- > 1;) {
     bool Live = Guarded[V] || LiveChild[V];
-    if (!Live && !Before.GuardUses[V] && !Before.Children[V] &&
-        S.value(V).Origin != InvalidId) {
-      // A HASATTR guard's accessor, with the origin the recorder gave it.
+    if (!Live && S.value(V).Origin != InvalidId) {
+      // torch's rebuild runs the create() that made this value, which walks
+      // to it again (e.g. a HASATTR guard's accessor, or a dict whose only
+      // guards are the DictGuardManager's own checks).
       Live = OriginKept[S.value(V).Origin];
     } else if (!Live && !Before.GuardUses[V] && !Before.Children[V]) {
       // A HASATTR guard's accessor without a recorded origin (parsed IR).
@@ -106,25 +107,30 @@ void GuardFilterPass::run(GuardSet &S, const PassContext &) {
     else
       DeadValue[V] = true;
   }
-  // GuardBuilder creates a dict key's manager while it walks to the value
-  // at the same index (get_key_manager before get_value_manager): a key
-  // whose value entry stays, stays.
-  for (ValueId V = 1; V < NumValues; ++V) {
-    const Value &K = S.value(V);
-    if (!DeadValue[V] || K.Kind != AccessorKind::DictKey)
+  // GuardBuilder creates a dict key's manager, and the key's path guard,
+  // while it walks to the value at the same index (get_key_manager before
+  // get_value_manager): that key stays iff that value stays.
+  std::vector<bool> WalkedKey(NumValues, false);
+  for (ValueId W = 1; W < NumValues; ++W) {
+    const Value &E = S.value(W);
+    if (DeadValue[W] || E.Kind != AccessorKind::DictValue)
       continue;
-    for (ValueId W = 1; W < NumValues; ++W) {
-      const Value &E = S.value(W);
-      if (!DeadValue[W] && E.Kind == AccessorKind::DictValue &&
-          E.Parent == K.Parent && E.Index == K.Index) {
+    for (ValueId V = 1; V < NumValues; ++V) {
+      const Value &K = S.value(V);
+      if (K.Kind == AccessorKind::DictKey && K.Parent == E.Parent &&
+          K.Index == E.Index) {
+        WalkedKey[V] = true;
         DeadValue[V] = false;
-        break;
       }
     }
   }
-  for (size_t I = 0; I < Gs.size(); ++I)
-    if (isManagerCheck(Gs[I]) && DeadValue[Gs[I].Operands[0]])
-      DeadGuard[I] = true;
+  for (size_t I = 0; I < Gs.size(); ++I) {
+    if (!isManagerCheck(Gs[I]))
+      continue;
+    ValueId V = Gs[I].Operands[0];
+    DeadGuard[I] = S.value(V).Kind == AccessorKind::DictKey ? !WalkedKey[V]
+                                                            : DeadValue[V];
+  }
 
   eraseGuards(S, DeadGuard);
   std::vector<ValueId> Map(NumValues);

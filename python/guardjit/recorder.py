@@ -104,9 +104,10 @@ class _State(threading.local):
         # build; create() appends to Guard.guard_types), kept for the rebuild
         # torch does with the kept guards.
         self.settled: dict[int, tuple[Any, tuple]] = {}
-        # (Guard, fields) of the guards that added object-aliasing code parts
-        # to the builder (GuardBuilder.DUPLICATE_INPUT), in build order
-        self.aliasing: list[tuple[Any, tuple]] = []
+        # (Guard, fields, [(code part, verbose part)], the builder's G scope)
+        # of the guards that added object-aliasing code parts to the builder
+        # (GuardBuilder.DUPLICATE_INPUT), in build order
+        self.aliasing: list[tuple[Any, tuple, list, Any]] = []
 
 
 _state = _State()
@@ -415,19 +416,42 @@ def _leaf_dict_version(rec, mgr, value, parts, stack):
          int=C.dict_version(value))
 
 
+def _aliasing_part_guard(code_part: str, g_scope: Any) -> Any:
+    """One code part as the function GuardBuilder.add_python_lambda_leaf_
+    guard_to_root would build for it (same closure variables and globals)."""
+    closure_vars = dynamo_guards._get_closure_vars()
+    _body, pycode = dynamo_guards.build_guard_function(
+        [code_part], ", ".join(closure_vars.keys()))
+    out: dict[str, Any] = {}
+    exec(pycode, {"G": g_scope}, out)  # noqa: S102 - torch's own guard code
+    return out["___make_guard_fn"](*closure_vars.values())
+
+
 def _leaf_epilogue_lambda(rec, mgr, fn, parts, stack):
     # Dynamo's only epilogue lambda joins the object-aliasing code parts of
     # the DUPLICATE_INPUT guards built before (CheckFunctionManager.
-    # compile_check_fn): it exists iff a guard filter kept one of them, so it
-    # takes the origin of the first (the filters torch ships decide alike for
-    # every DUPLICATE_INPUT guard of a unit unless their sources differ in
-    # being global or inside an nn.Module; see docs/filters.md).
-    outer = _state.origin
-    if outer is None and _state.aliasing:
-        _state.origin = _state.aliasing[0]
-    try:
+    # compile_check_fn), `if not (part): return False` per part. A guard
+    # filter keeps the parts of the kept guards, so the IR gets one lambda
+    # per part, built the same way, with its guard's origin: their
+    # conjunction is Dynamo's lambda, and a filter pass keeps exactly the
+    # parts torch's rebuild joins.
+    aliasing = list(_state.aliasing)
+    codes = [c for a in aliasing for c in a[2]]
+    if not aliasing or [v for _c, v in codes] != list(parts):
         _add(rec, mgr, "epilogue_lambda", "LAMBDA_GUARD", parts, stack,
              object=rec.object_id("callable", fn, True))
+        return
+    outer = _state.origin
+    try:
+        for i, (guard, fields, part_codes, g_scope) in enumerate(aliasing):
+            for code_part, verbose in part_codes:
+                _state.origin = (guard, fields)
+                part_fn = _aliasing_part_guard(code_part, g_scope)
+                before = dict(rec.recorded_kinds)
+                _add(rec, mgr, "epilogue_lambda", "LAMBDA_GUARD", [verbose], stack,
+                     object=rec.object_id("callable", part_fn, True))
+                if i or code_part != part_codes[0][0]:
+                    rec.recorded_kinds = before  # Dynamo's tree has one lambda
     finally:
         _state.origin = outer
 
@@ -611,7 +635,8 @@ def _track_guard_origins() -> None:
             if settled is None:
                 _settle_origin(self, builder)
             if codes is not None and len(codes) > n_codes and id(self) in _state.settled:
-                _state.aliasing.append(_state.settled[id(self)])
+                _state.aliasing.append((self, _state.settled[id(self)][1],
+                                        list(codes[n_codes:]), builder.scope["G"]))
 
     _originals.append((Guard, "create", orig))
     Guard.create = create

@@ -21,15 +21,16 @@
 //     (keep_tensor, keep_portable, skip_all) and stays otherwise: a
 //     stricter check than torch's, never a looser one.
 //  4. Values: torch creates a manager only for a kept guard's source. A
-//     value stays when a kept guard reads it or it has a kept child; the
-//     type and size checks a DictGuardManager makes of itself (origin-less
-//     TYPE_MATCH / DICT_LENGTH on the dict) do not keep it. A value that
-//     had no guard and no child before the filter is a HASATTR guard's
-//     accessor: it stays iff the filter keeps the value's origin (the
-//     Dynamo guard whose create() made it, Value::Origin). Without one
-//     (hand-written IR) it goes when the filter rejects HASATTR whatever its
-//     fields, or (skip_guard_on_globals) when its chain starts at the
-//     globals; otherwise it stays.
+//     value stays when a kept guard reads it or it has a kept child (the
+//     type and size checks a DictGuardManager makes of itself, origin-less,
+//     do not keep it), or when the filter keeps its origin (the Dynamo
+//     guard whose create() made it, Value::Origin: torch's rebuild runs that
+//     create() again, e.g. a HASATTR guard's accessor, which has no guard).
+//     A value with neither that had no guard and no child before is a
+//     HASATTR accessor without a recorded origin (hand-written IR): it goes
+//     when the filter rejects HASATTR whatever its fields, or
+//     (skip_guard_on_globals) when its chain starts at the globals;
+//     otherwise it stays.
 //     The recorder writes path guards (a DictGuardManager's own type and
 //     size checks, the EQUALS_MATCH GuardBuilder puts on a dict key while
 //     walking to the value at that index) without an origin: they do not
