@@ -114,17 +114,22 @@ _ORIGIN_ATTR = re.compile(r" origin=\{(" + r'"[^"]*" name=' + _STR + r")[^}]*\}"
 # grows with every build (`__builtins_dict___2`); every such name holds the
 # same dict, so the counter is not part of a guard's identity.
 _BUILTINS = re.compile(r"__builtins_dict___\d+")
+# Globals Dynamo installs by object (OutputGraph.install_global_by_id) are
+# named `{prefix}_{id(value)}_c{compile_id}`: the same object gets another
+# name in another torch.compile.
+_BY_ID = re.compile(r"(_\d+)_c\d+\b")
 
 
 def guard_view(text: str) -> tuple[dict[str, str], collections.Counter]:
     """({guard without its origin: (GUARD_TYPE, name) of the first guard
     with that text}, values) of ``text``.
 
-    Copies of one check that differ only in their origin (the recorder keeps
+    Names of the globals Dynamo installs are taken without their per-build
+    or per-compile counters. Copies of one check that differ only in their origin (the recorder keeps
     one per Dynamo guard that asked for it, see recorder._add) count once;
     the first in IR order is the one Dynamo's tree keeps.
     """
-    c = canonical(_BUILTINS.sub("__builtins_dict___N", text))
+    c = canonical(_BY_ID.sub(r"\1_c?", _BUILTINS.sub("__builtins_dict___N", text)))
     first: dict[str, str] = {}
     for line in c.guards:  # insertion order = IR order
         m = _ORIGIN_ATTR.search(line)
