@@ -14,6 +14,8 @@
 #include "guardjit/JIT/Engine.h"
 #include "guardjit/Runtime/BoundGuardSet.h"
 #include "guardjit/Runtime/Interpreter.h"
+#include "guardjit/Runtime/ObjectFacts.h"
+#include "guardjit/Transforms/PassPipeline.h"
 #include "guardjit/TorchRuntime/TorchRuntime.h"
 
 #include "llvm/Config/llvm-config.h"
@@ -331,6 +333,62 @@ PYBIND11_MODULE(_core, M) {
         return py::make_tuple(T->Calls, T->Failures, T->Fn != nullptr);
       },
       "(calls, failures, native) of a callable made by make_guard.");
+
+  M.def(
+      "run_pipeline",
+      [](GuardSet &S, const std::string &Text) {
+        llvm::Expected<PassPipeline> P = PassPipeline::parse(Text);
+        if (!P)
+          throw py::value_error("guardjit: bad pass pipeline '" + Text +
+                                "': " + llvm::toString(P.takeError()));
+        // The recorder's objects are alive: the passes may use what they
+        // prove (fold-implied). The GIL is held: the facts read types.
+        PassContext Ctx;
+        Ctx.Facts.FixedTypeOf = fixedTypeOf;
+        Ctx.Facts.None = noneAddress();
+        Ctx.Facts.True = trueAddress();
+        Ctx.Facts.False = falseAddress();
+        for (const ObjectEntry &E : S.objects())
+          if (!E.Address) { // parsed IR: no live objects to ask
+            Ctx.Facts = ObjectFacts();
+            break;
+          }
+        size_t GuardsIn = S.guards().size(), ValuesIn = S.values().size();
+        std::vector<PassRunStats> Runs;
+        if (llvm::Error E = P->run(S, Ctx, &Runs))
+          throw std::runtime_error("guardjit: " +
+                                   llvm::toString(std::move(E)));
+        py::list Passes;
+        for (const PassRunStats &R : Runs) {
+          py::dict Removed;
+          for (size_t K = 0; K < R.GuardsRemoved.size(); ++K)
+            if (R.GuardsRemoved[K])
+              Removed[py::str(std::string(
+                  torchName(static_cast<GuardKind>(K))))] = R.GuardsRemoved[K];
+          py::dict D;
+          D["name"] = R.Pass;
+          D["guards_removed"] = Removed;
+          D["values_removed"] = R.ValuesRemoved;
+          D["us"] = R.Micros;
+          Passes.append(D);
+        }
+        py::dict Out;
+        Out["pipeline"] = P->str();
+        Out["guards_in"] = GuardsIn;
+        Out["guards_out"] = S.guards().size();
+        Out["values_in"] = ValuesIn;
+        Out["values_out"] = S.values().size();
+        Out["passes"] = Passes;
+        return Out;
+      },
+      py::arg("guard_set"), py::arg("pipeline") = "default",
+      "Runs a -passes= pipeline (e.g. 'default', "
+      "'skip_guard_on_all_nn_modules_unsafe,default') over the set in place, "
+      "before it is bound. Call with the recorder's objects alive (GIL held). "
+      "Returns {'pipeline', 'guards_in', 'guards_out', 'values_in', "
+      "'values_out', 'passes': [{'name', 'guards_removed': {TORCH_KIND: n}, "
+      "'values_removed', 'us'}]}. A bad pipeline raises ValueError with the "
+      "column at fault.");
 
   M.def("set_in_mode_without_ignore_compile_internals",
         &setInModeWithoutIgnoreCompileInternals, py::arg("in_mode"),
