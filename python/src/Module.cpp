@@ -234,7 +234,12 @@ PYBIND11_MODULE(_core, M) {
             return D;
           },
           "Guards per Dynamo guard kind, e.g. {'TENSOR_MATCH': 9}.")
-      .def("print", &printGuardSet, "The .gir text of the set.");
+      .def("print", &printGuardSet, "The .gir text of the set.")
+      .def(
+          "copy",
+          [](const GuardSet &S) { return std::make_shared<GuardSet>(S); },
+          "An independent copy (same object addresses), e.g. to keep the set "
+          "as recorded before run_pipeline changes it.");
 
   py::class_<BoundGuardSet, std::shared_ptr<BoundGuardSet>>(
       M, "BoundGuardSet", "A guard set bound to live objects.")
