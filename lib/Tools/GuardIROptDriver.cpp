@@ -277,6 +277,7 @@ public:
       ++It->Runs;
     }
   }
+  bool empty() const { return Rows.empty(); }
   void print(raw_ostream &OS) const {
     double Total = 0;
     for (const Row &R : Rows)
@@ -485,7 +486,7 @@ int guardjit::guardIROptMain(int Argc, char **Argv) {
       Ok &= D.processChunk(std::move(Chunks[I]), Out.os());
     }
   }
-  if (TimePassesIsEnabled && !Pipeline->empty())
+  if (TimePassesIsEnabled && !D.times().empty())
     D.times().print(errs());
   if (!Ok)
     return 1;

@@ -186,7 +186,7 @@ def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
         # A copy: the unit keeps the recorded set (tests, export, bench).
         ir = recorded.copy()
         try:
-            pipeline_stats = _core.run_pipeline(ir, config.pipeline)
+            pipeline_stats = _per_pass(_core.run_pipeline(ir, config.pipeline))
         except Exception as e:
             return _fallback(compile_id, total, f"pipeline: {e}", code)
         _count_pipeline(pipeline_stats)
@@ -235,6 +235,22 @@ def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
             dynamo_root=root, native_root=new_root, code=code,
             f_locals=f_locals if config.keep_frame_locals else None,
             recorded_ir=recorded, pipeline_stats=pipeline_stats))
+
+
+def _per_pass(result: dict) -> list[dict]:
+    """_core.run_pipeline's result as one dict per pass: pass,
+    guards_before/after, values_before/after, guards_removed {KIND: n}, us."""
+    guards, values = result["guards_in"], result["values_in"]
+    out = []
+    for p in result["passes"]:
+        removed = sum(p["guards_removed"].values())
+        out.append({"pass": p["name"], "guards_before": guards,
+                    "guards_after": guards - removed, "values_before": values,
+                    "values_after": values - p["values_removed"],
+                    "guards_removed": dict(p["guards_removed"]), "us": p["us"]})
+        guards -= removed
+        values -= p["values_removed"]
+    return out
 
 
 def _count_pipeline(per_pass: list) -> None:

@@ -14,6 +14,7 @@
 #include "guardjit/JIT/Engine.h"
 #include "guardjit/Runtime/BoundGuardSet.h"
 #include "guardjit/Runtime/Interpreter.h"
+#include "guardjit/Runtime/ObjectFacts.h"
 #include "guardjit/Transforms/PassPipeline.h"
 #include "guardjit/TorchRuntime/TorchRuntime.h"
 
@@ -265,10 +266,10 @@ PYBIND11_MODULE(_core, M) {
           "Guards per Dynamo guard kind, e.g. {'TENSOR_MATCH': 9}.")
       .def("print", &printGuardSet, "The .gir text of the set.")
       .def(
-          "copy", [](const GuardSet &S) { return std::make_shared<GuardSet>(S); },
-          "A copy of the set (same object addresses: the objects must stay "
-          "alive while the copy is bound), e.g. to run several pipelines on "
-          "one recording.");
+          "copy",
+          [](const GuardSet &S) { return std::make_shared<GuardSet>(S); },
+          "An independent copy (same object addresses), e.g. to keep the set "
+          "as recorded before run_pipeline changes it.");
 
   py::class_<BoundGuardSet, std::shared_ptr<BoundGuardSet>>(
       M, "BoundGuardSet", "A guard set bound to live objects.")
@@ -372,71 +373,57 @@ PYBIND11_MODULE(_core, M) {
       "run_pipeline",
       [](GuardSet &S, const std::string &Text) {
         llvm::Expected<PassPipeline> P = PassPipeline::parse(Text);
-        if (!P) {
-          std::string Msg;
-          llvm::handleAllErrors(
-              P.takeError(),
-              [&](const PipelineError &E) {
-                Msg = "col " + std::to_string(E.column() + 1) + ": " + E.text();
-              },
-              [&](const llvm::ErrorInfoBase &E) { Msg = E.message(); });
-          throw py::value_error("guardjit: invalid pipeline '" + Text +
-                                "': " + Msg);
-        }
-        // Facts about the live objects the set holds (it is bound to them
-        // or about to be; the caller keeps them alive). A type with
-        // Py_TPFLAGS_IMMUTABLETYPE (not a module type) can never be
-        // replaced by `obj.__class__ = T` (typeobject.c, object_set_class).
+        if (!P)
+          throw py::value_error("guardjit: bad pass pipeline '" + Text +
+                                "': " + llvm::toString(P.takeError()));
+        // The recorder's objects are alive: the passes may use what they
+        // prove (fold-implied). The GIL is held: the facts read types.
         PassContext Ctx;
-        Ctx.Facts.FixedTypeOf = [](uintptr_t Address) -> uintptr_t {
-          if (!Address)
-            return 0;
-          PyTypeObject *T = Py_TYPE(reinterpret_cast<PyObject *>(Address));
-          if (!(T->tp_flags & Py_TPFLAGS_IMMUTABLETYPE) ||
-              PyType_IsSubtype(T, &PyModule_Type))
-            return 0;
-          return reinterpret_cast<uintptr_t>(T);
-        };
-        Ctx.Facts.None = reinterpret_cast<uintptr_t>(Py_None);
-        Ctx.Facts.True = reinterpret_cast<uintptr_t>(Py_True);
-        Ctx.Facts.False = reinterpret_cast<uintptr_t>(Py_False);
-        int64_t Guards = static_cast<int64_t>(S.guards().size());
-        int64_t Values = static_cast<int64_t>(S.values().size());
-        std::vector<PassRunStats> Stats;
-        if (llvm::Error E = P->run(S, Ctx, &Stats))
-          throw std::runtime_error("guardjit: pipeline '" + Text +
-                                   "' failed: " + llvm::toString(std::move(E)));
-        py::list Out;
-        for (const PassRunStats &R : Stats) {
-          py::dict D;
-          D["pass"] = R.Pass;
-          int64_t Removed = 0;
-          py::dict ByKind;
-          for (size_t K = 0; K < R.GuardsRemoved.size(); ++K) {
-            Removed += R.GuardsRemoved[K];
-            if (R.GuardsRemoved[K])
-              ByKind[py::str(std::string(torchName(static_cast<GuardKind>(K))))] =
-                  R.GuardsRemoved[K];
+        Ctx.Facts.FixedTypeOf = fixedTypeOf;
+        Ctx.Facts.None = noneAddress();
+        Ctx.Facts.True = trueAddress();
+        Ctx.Facts.False = falseAddress();
+        for (const ObjectEntry &E : S.objects())
+          if (!E.Address) { // parsed IR: no live objects to ask
+            Ctx.Facts = ObjectFacts();
+            break;
           }
-          D["guards_before"] = Guards;
-          D["guards_after"] = Guards - Removed;
-          D["values_before"] = Values;
-          D["values_after"] = Values - R.ValuesRemoved;
-          D["guards_removed"] = ByKind;
+        size_t GuardsIn = S.guards().size(), ValuesIn = S.values().size();
+        std::vector<PassRunStats> Runs;
+        if (llvm::Error E = P->run(S, Ctx, &Runs))
+          throw std::runtime_error("guardjit: " +
+                                   llvm::toString(std::move(E)));
+        py::list Passes;
+        for (const PassRunStats &R : Runs) {
+          py::dict Removed;
+          for (size_t K = 0; K < R.GuardsRemoved.size(); ++K)
+            if (R.GuardsRemoved[K])
+              Removed[py::str(std::string(
+                  torchName(static_cast<GuardKind>(K))))] = R.GuardsRemoved[K];
+          py::dict D;
+          D["name"] = R.Pass;
+          D["guards_removed"] = Removed;
+          D["values_removed"] = R.ValuesRemoved;
           D["us"] = R.Micros;
-          Guards -= Removed;
-          Values -= R.ValuesRemoved;
-          Out.append(D);
+          Passes.append(D);
         }
+        py::dict Out;
+        Out["pipeline"] = P->str();
+        Out["guards_in"] = GuardsIn;
+        Out["guards_out"] = S.guards().size();
+        Out["values_in"] = ValuesIn;
+        Out["values_out"] = S.values().size();
+        Out["passes"] = Passes;
         return Out;
       },
-      py::arg("guard_set"), py::arg("pipeline"),
-      "Runs a pass pipeline (guard-ir-opt -passes= syntax, e.g. 'default' or "
-      "'skip_guard_on_all_nn_modules_unsafe,default') over the set in place. "
-      "Call with the GIL held and the set's objects alive (passes read their "
-      "types). Returns one dict per pass: pass, guards_before/after, "
-      "values_before/after (accessor reads), guards_removed {KIND: n}, us. "
-      "Raises ValueError for a bad pipeline text (with the column).");
+      py::arg("guard_set"), py::arg("pipeline") = "default",
+      "Runs a -passes= pipeline (e.g. 'default', "
+      "'skip_guard_on_all_nn_modules_unsafe,default') over the set in place, "
+      "before it is bound. Call with the recorder's objects alive (GIL held). "
+      "Returns {'pipeline', 'guards_in', 'guards_out', 'values_in', "
+      "'values_out', 'passes': [{'name', 'guards_removed': {TORCH_KIND: n}, "
+      "'values_removed', 'us'}]}. A bad pipeline raises ValueError with the "
+      "column at fault.");
 
   M.def("set_in_mode_without_ignore_compile_internals",
         &setInModeWithoutIgnoreCompileInternals, py::arg("in_mode"),
