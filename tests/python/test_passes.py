@@ -23,6 +23,8 @@ def _record(monkeypatch, pipeline: str):
         return orig_bind(ir)
 
     monkeypatch.setattr(plugin._core, "bind", bind)
+    # The set as recorded: the plugin's own pipeline off.
+    monkeypatch.setattr(plugin.config, "pipeline", "")
     case = models.cnn()
     guardjit.compile(case.model, backend="eager")(*case.make_input())
     units = plugin.units()
