@@ -540,7 +540,10 @@ bool Parser::parseValue(ParsedGuardSet &P, bool &RootSeen) {
       Failed = parseInt64(V.Index, Name);
     else if (Name == "key")
       Failed = parseRef(Token::ObjectRef, V.Key, &Loc.Object, Name);
-    else if (Name == "source")
+    else if (Name == "origin") {
+      Loc.Origin = Tok.loc();
+      Failed = parseUInt32(V.Origin, Name);
+    } else if (Name == "source")
       Failed = parseString(V.Source, Name);
     else
       return error(NameLoc, "unknown value attribute '" + Name + "'");

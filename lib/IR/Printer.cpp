@@ -75,6 +75,8 @@ static void printValue(std::ostream &OS, ValueId Id, const Value &V) {
     OS << " index=" << V.Index;
   if (V.Key != InvalidId)
     OS << " key=#" << V.Key;
+  if (V.Origin != InvalidId)
+    OS << " origin=" << V.Origin;
   OS << " source=" << quoteString(V.Source) << '\n';
 }
 

@@ -251,6 +251,9 @@ private:
     if (needsDictIndex(V.Kind) && V.Index < 0)
       report(Diag::Value, I, Diag::Whole,
              Twine(Kind) + " needs index=N with N >= 0");
+    if (V.Origin != InvalidId && V.Origin >= S.origins().size())
+      report(Diag::Value, I, Diag::OriginRef,
+             "use of undefined origin " + Twine(V.Origin));
   }
 
   void checkGuard(uint32_t I) {

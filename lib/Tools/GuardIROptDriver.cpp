@@ -1,7 +1,7 @@
 //===- GuardIROptDriver.cpp - The guard-ir-opt driver ---------------------===//
 //
 // Steps per input chunk: (1) parse (or import a TORCH_LOGS=guards log),
-// (2) verify, (3) statistics, (4) emit.
+// (2) verify, (3) run the pass pipeline, (4) statistics, (5) emit.
 // `--split-input-file` and `--verify-diagnostics` behave as in mlir-opt, so
 // negative tests read the same way in both projects.
 //
@@ -13,6 +13,7 @@
 #include "guardjit/IR/Printer.h"
 #include "guardjit/IR/Verifier.h"
 #include "guardjit/JIT/Engine.h"
+#include "guardjit/Transforms/PassPipeline.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
@@ -22,6 +23,9 @@
 #include "llvm/Support/Regex.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/ADT/Statistic.h"
+#include "llvm/IR/PrintPasses.h"
+#include "llvm/Pass.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
 #include "llvm/Support/raw_ostream.h"
@@ -32,6 +36,12 @@
 
 using namespace llvm;
 using namespace guardjit;
+
+// libLLVM defines these (opt's flags); guard-ir-opt gives them its meaning
+// rather than registering a second copy, which would abort.
+namespace llvm {
+extern cl::opt<bool> PrintPipelinePasses; // --print-pipeline-passes
+} // namespace llvm
 
 namespace {
 
@@ -87,6 +97,16 @@ cl::opt<OptLevel> JITLevel(
                           "early-cse + simplifycfg (the default)"),
                clEnumValN(OptLevel::O2, "O2", "the O2 pipeline")),
     cl::cat(ToolCategory));
+
+cl::opt<std::string> PassPipelineText(
+    "passes",
+    cl::desc("Pass pipeline to run, e.g. -passes=cse,dedup or "
+             "-passes=default (see --print-passes)"),
+    cl::value_desc("pipeline"), cl::cat(ToolCategory));
+
+cl::opt<bool> PrintPassNames("print-passes",
+                             cl::desc("Print the available passes and exit"),
+                             cl::cat(ToolCategory));
 
 /// A line starting with this (after blanks) separates chunks.
 constexpr StringLiteral SplitMarker = "// -----";
@@ -244,16 +264,103 @@ void printStats(const GuardSet &S, raw_ostream &OS) {
          << '\n';
 }
 
+/// Removed guards per kind of one pass, as "2 type_match, 1 none_match".
+std::string removedByKind(const PassRunStats &R) {
+  std::string Out;
+  raw_string_ostream OS(Out);
+  ListSeparator LS(", ");
+  for (size_t K = 0; K < R.GuardsRemoved.size(); ++K)
+    if (R.GuardsRemoved[K])
+      OS << LS << R.GuardsRemoved[K] << ' '
+         << spelling(static_cast<GuardKind>(K));
+  return Out;
+}
+
+void printPassStats(const std::vector<PassRunStats> &Runs, raw_ostream &OS) {
+  for (const PassRunStats &R : Runs) {
+    int64_t Guards = 0;
+    for (int64_t N : R.GuardsRemoved)
+      Guards += N;
+    OS << "  pass " << R.Pass << ": removed " << Guards << " guards";
+    if (Guards)
+      OS << " (" << removedByKind(R) << ")";
+    OS << ", " << R.ValuesRemoved << " values\n";
+  }
+}
+
+/// Wall time per pass summed over every set, as --time-passes prints it.
+class PassTimes {
+public:
+  void add(const std::vector<PassRunStats> &Runs) {
+    for (const PassRunStats &R : Runs) {
+      auto It = find_if(Rows, [&](const Row &X) { return X.Pass == R.Pass; });
+      if (It == Rows.end())
+        It = Rows.insert(Rows.end(), Row{R.Pass, 0, 0});
+      It->Micros += R.Micros;
+      ++It->Runs;
+    }
+  }
+  bool empty() const { return Rows.empty(); }
+  void print(raw_ostream &OS) const {
+    double Total = 0;
+    for (const Row &R : Rows)
+      Total += R.Micros;
+    OS << "===" << std::string(70, '-') << "===\n"
+       << "                      Guard IR pass execution timing report\n"
+       << "===" << std::string(70, '-') << "===\n"
+       << format("  Total wall time: %.1f us\n\n", Total)
+       << "   wall us    %   runs  pass\n";
+    for (const Row &R : Rows)
+      OS << format("%10.1f %5.1f %6u  ", R.Micros,
+                   Total > 0 ? 100.0 * R.Micros / Total : 0.0, R.Runs)
+         << R.Pass << '\n';
+    OS << format("%10.1f 100.0         total\n", Total);
+  }
+
+private:
+  struct Row {
+    std::string Pass;
+    double Micros;
+    unsigned Runs;
+  };
+  std::vector<Row> Rows;
+};
+
 class Driver {
 public:
+  explicit Driver(const PassPipeline &Pipeline) : Pipeline(Pipeline) {}
+  const PassTimes &times() const { return Times; }
+
   /// Steps 1-4 for one chunk; writes its output to `OS`. Returns success, or
   /// with --verify-diagnostics whether the errors were the expected ones.
   bool processChunk(std::unique_ptr<MemoryBuffer> Buf, raw_ostream &OS);
 
 private:
   bool emit(const ParsedGuardSet &P, SourceMgr &SM, raw_ostream &OS);
+  bool runPipeline(ParsedGuardSet &P, SourceMgr &SM);
+  const PassPipeline &Pipeline;
+  PassTimes Times;
   std::unique_ptr<GuardJIT> JIT;
 };
+
+bool Driver::runPipeline(ParsedGuardSet &P, SourceMgr &SM) {
+  std::vector<PassRunStats> Runs;
+  PipelineInstrumentation Instr;
+  if (shouldPrintAfterAll())
+    Instr.AfterPass = [](StringRef Pass, const GuardSet &S) {
+      errs() << "// *** IR Dump After " << Pass << " ***\n"
+             << printGuardSet(S);
+    };
+  // Parsed IR has no live objects: the passes use what the IR proves.
+  if (Error E = Pipeline.run(P.Set, PassContext(), &Runs, Instr)) {
+    SM.PrintMessage(P.Locs.Set, SourceMgr::DK_Error, toString(std::move(E)));
+    return false;
+  }
+  if (AreStatisticsEnabled())
+    printPassStats(Runs, errs());
+  Times.add(Runs);
+  return true;
+}
 
 bool Driver::processChunk(std::unique_ptr<MemoryBuffer> Buf, raw_ostream &OS) {
   SourceMgr SM;
@@ -272,15 +379,26 @@ bool Driver::processChunk(std::unique_ptr<MemoryBuffer> Buf, raw_ostream &OS) {
     for (const ParsedGuardSet &P : *Sets)
       Ok &= verifyGuardSet(P.Set, P.Locs, SM);
   }
-  // 3. Statistics; 4. emit.
+  // 3. Pass pipeline (with the statistics of what goes in and out);
+  // 4. emit.
   if (Ok) {
-    for (const ParsedGuardSet &P : *Sets) {
+    for (ParsedGuardSet &P : *Sets) {
       if (AreStatisticsEnabled())
         printStats(P.Set, errs());
+      if (!Pipeline.empty()) {
+        if (!runPipeline(P, SM)) {
+          Ok = false;
+          continue;
+        }
+        if (AreStatisticsEnabled()) {
+          errs() << "after passes: ";
+          printStats(P.Set, errs());
+        }
+      }
       if (Emit != EmitKind::IR && !emit(P, SM, OS))
         Ok = false;
     }
-    if (Emit == EmitKind::IR) {
+    if (Ok && Emit == EmitKind::IR) {
       std::vector<GuardSet> Plain;
       for (ParsedGuardSet &P : *Sets)
         Plain.push_back(std::move(P.Set));
@@ -329,11 +447,42 @@ int guardjit::guardIROptMain(int Argc, char **Argv) {
     Stats->addCategory(ToolCategory);
     Stats->setHiddenFlag(cl::NotHidden);
   }
+  // LLVM's own pass-manager flags, given guard-ir-opt's meaning (see above).
+  for (StringRef Name : {"time-passes", "print-after-all",
+                         "print-pipeline-passes"})
+    if (cl::Option *O = cl::getRegisteredOptions().lookup(Name)) {
+      O->addCategory(ToolCategory);
+      O->setHiddenFlag(cl::NotHidden);
+    }
   cl::ParseCommandLineOptions(
       Argc, Argv,
       "guard-ir-opt: reads Guard IR (.gir, or a TORCH_LOGS=guards log with "
       "--import=torch-logs), verifies it and writes it back as .gir, LLVM IR "
       "or assembly\n");
+
+  if (PrintPassNames) {
+    printPassNames(outs());
+    return 0;
+  }
+  Expected<PassPipeline> Pipeline = PassPipeline::parse(PassPipelineText);
+  if (!Pipeline) {
+    // Point at the column in the pipeline text, as the parser does in .gir.
+    SourceMgr PipelineSM;
+    PipelineSM.AddNewSourceBuffer(
+        MemoryBuffer::getMemBufferCopy(PassPipelineText, "-passes"), SMLoc());
+    handleAllErrors(Pipeline.takeError(), [&](const PipelineError &E) {
+      PipelineSM.PrintMessage(
+          errs(),
+          SMLoc::getFromPointer(
+              PipelineSM.getMemoryBuffer(1)->getBufferStart() + E.column()),
+          SourceMgr::DK_Error, E.text());
+    });
+    return 1;
+  }
+  if (PrintPipelinePasses) {
+    outs() << Pipeline->str() << '\n';
+    return 0;
+  }
 
   ErrorOr<std::unique_ptr<MemoryBuffer>> Input =
       MemoryBuffer::getFileOrSTDIN(InputFilename, /*IsText=*/true);
@@ -350,7 +499,7 @@ int guardjit::guardIROptMain(int Argc, char **Argv) {
     return 1;
   }
 
-  Driver D;
+  Driver D(*Pipeline);
   bool Ok = true;
   if (!SplitInputFile) {
     Ok = D.processChunk(std::move(*Input), Out.os());
@@ -363,6 +512,8 @@ int guardjit::guardIROptMain(int Argc, char **Argv) {
       Ok &= D.processChunk(std::move(Chunks[I]), Out.os());
     }
   }
+  if (TimePassesIsEnabled && !D.times().empty())
+    D.times().print(errs());
   if (!Ok)
     return 1;
   Out.keep();

@@ -106,8 +106,12 @@ def stats() -> dict[str, Any]:
     Python); ``native_fraction`` = guards_native / guards_total;
     ``sets_native_fraction`` = converted units / units seen;
     ``compile_ms_total`` (LLVM compile time, ms); ``fallback_reasons``
-    ({reason: count} for the units left on Dynamo's tree). Empty when guardjit
-    cannot run here.
+    ({reason: count} for the units left on Dynamo's tree); ``pipeline`` (the
+    pass pipeline run on every set, ``plugin.config.pipeline`` /
+    GUARDJIT_PIPELINE), ``pipeline_sets``, ``pipeline_guards_in/out`` and
+    ``pipeline_values_in/out`` (guards and accessor reads before and after it,
+    summed over sets) and ``passes`` ({pass: {guards_removed, values_removed,
+    us}}). Empty when guardjit cannot run here.
     """
     if _compat.problems():
         return {}

@@ -67,6 +67,10 @@ class Unit:
     native_root: Any = None
     f_locals: dict | None = None  # only when keep_frame_locals is on
     code: Any = None
+    recorded_ir: Any = None  # the IR as recorded, before the pipeline
+    # one dict per pass of config.pipeline (_core.run_pipeline): pass,
+    # guards_before/after, values_before/after, guards_removed, us
+    pipeline_stats: list = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -76,6 +80,11 @@ class Config:
     route_all: bool = False  # convert every compile unit (guardjit.install)
     keep_units: bool = False  # keep Unit records (demo, tests, bench)
     keep_frame_locals: bool = False  # keep compile-time frame locals (demo)
+    # Pass pipeline run on every recorded set before binding and the JIT
+    # (guard-ir-opt -passes= syntax; "default" = the sound structural passes;
+    # "" runs none). GUARDJIT_PIPELINE sets it for the process.
+    pipeline: str = dataclasses.field(
+        default_factory=lambda: os.environ.get("GUARDJIT_PIPELINE", "default"))
 
 
 config = Config()
@@ -84,6 +93,7 @@ _active = threading.local()
 _units: list[Unit] = []
 _counters: collections.Counter = collections.Counter()
 _reasons: collections.Counter = collections.Counter()
+_pass_totals: collections.defaultdict = collections.defaultdict(collections.Counter)
 _previous_hook: Any = None
 _installed = False
 
@@ -169,8 +179,17 @@ def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
         return _fallback(compile_id, total,
                          f"recorded guards {rec.recorded_kinds} differ from Dynamo's tree {tree}",
                          code)
-    ir = rec.ir
-    ir.name = compile_id
+    recorded = rec.ir
+    recorded.name = compile_id
+    ir, pipeline_stats = recorded, []
+    if config.pipeline:
+        # A copy: the unit keeps the recorded set (tests, export, bench).
+        ir = recorded.copy()
+        try:
+            pipeline_stats = _per_pass(_core.run_pipeline(ir, config.pipeline))
+        except Exception as e:
+            return _fallback(compile_id, total, f"pipeline: {e}", code)
+        _count_pipeline(pipeline_stats)
     try:
         bound = _core.bind(ir)
     except Exception as e:
@@ -220,7 +239,38 @@ def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
             name=compile_id, status=status, guards=total, python_guards=python_guards,
             compile_ms=compile_ms, ir=ir, bound=bound, native=native, check=check,
             dynamo_root=root, native_root=new_root, code=code,
-            f_locals=f_locals if config.keep_frame_locals else None))
+            f_locals=f_locals if config.keep_frame_locals else None,
+            recorded_ir=recorded, pipeline_stats=pipeline_stats))
+
+
+def _per_pass(result: dict) -> list[dict]:
+    """_core.run_pipeline's result as one dict per pass: pass,
+    guards_before/after, values_before/after, guards_removed {KIND: n}, us."""
+    guards, values = result["guards_in"], result["values_in"]
+    out = []
+    for p in result["passes"]:
+        removed = sum(p["guards_removed"].values())
+        out.append({"pass": p["name"], "guards_before": guards,
+                    "guards_after": guards - removed, "values_before": values,
+                    "values_after": values - p["values_removed"],
+                    "guards_removed": dict(p["guards_removed"]), "us": p["us"]})
+        guards -= removed
+        values -= p["values_removed"]
+    return out
+
+
+def _count_pipeline(per_pass: list) -> None:
+    if not per_pass:
+        return
+    _counters["pipeline_sets"] += 1
+    _counters["pipeline_guards_in"] += per_pass[0]["guards_before"]
+    _counters["pipeline_guards_out"] += per_pass[-1]["guards_after"]
+    _counters["pipeline_values_in"] += per_pass[0]["values_before"]
+    _counters["pipeline_values_out"] += per_pass[-1]["values_after"]
+    for p in per_pass:
+        _pass_totals[p["pass"]]["guards_removed"] += p["guards_before"] - p["guards_after"]
+        _pass_totals[p["pass"]]["values_removed"] += p["values_before"] - p["values_after"]
+        _pass_totals[p["pass"]]["us"] += p["us"]
 
 
 def _hook(wrapper: Any, f_locals: Any, builder: Any) -> None:
@@ -295,5 +345,12 @@ def stats() -> dict[str, Any]:
         "shape_parts_native": c.get("shape_parts_native", 0),
         "shape_parts_python": c.get("shape_parts_python", 0),
         "fallback_reasons": dict(_reasons),
+        "pipeline": config.pipeline,
+        "pipeline_sets": c.get("pipeline_sets", 0),
+        "pipeline_guards_in": c.get("pipeline_guards_in", 0),
+        "pipeline_guards_out": c.get("pipeline_guards_out", 0),
+        "pipeline_values_in": c.get("pipeline_values_in", 0),
+        "pipeline_values_out": c.get("pipeline_values_out", 0),
+        "passes": {name: dict(t) for name, t in _pass_totals.items()},
     }
 

@@ -49,8 +49,9 @@ class Recording:
     keep: list[Any] = dataclasses.field(default_factory=list)
     # (kind, id(obj)) -> object table id
     objects: dict[tuple[str, int], int] = dataclasses.field(default_factory=dict)
-    # (value id, guard kind) pairs Dynamo de-duplicates (SKIP_IF_GUARD_ALREADY_PRESENT)
-    present: set[tuple[int, str]] = dataclasses.field(default_factory=set)
+    # (value id, guard kind) pairs Dynamo de-duplicates (SKIP_IF_GUARD_ALREADY_PRESENT),
+    # with the origins that asked for that guard
+    present: dict[tuple[int, str], set[int]] = dataclasses.field(default_factory=dict)
     unsupported: list[str] = dataclasses.field(default_factory=list)
     # Leaf guards per Dynamo guard kind, for the cross-check against the tree.
     recorded_kinds: dict[str, int] = dataclasses.field(default_factory=dict)
@@ -112,10 +113,22 @@ class _State(threading.local):
         self.recordings: dict[int, Recording] = {}  # id(root) -> Recording
         self.owner: dict[int, Recording] = {}  # id(manager) -> Recording
         # (Guard, add_origin arguments) of the Guard.create() running now
+        # (None while GuardBuilder walks a path: see _track_guard_origins)
         self.origin: tuple[Any, tuple] | None = None
         # (code_parts, verbose_code_parts, scope) of the SHAPE_ENV lambda
         # being installed, consumed by the add_epilogue_lambda_guard it makes.
         self.shape: tuple[list[str], list[str], dict[str, Any]] | None = None
+        # the same, also while walking a path: the guard that makes a value
+        self.creating: tuple[Any, tuple] | None = None
+        # id(Guard) -> (Guard, add_origin arguments after its first create()):
+        # the entry torch's guard_filter_fn sees (it is built after the first
+        # build; create() appends to Guard.guard_types), kept for the rebuild
+        # torch does with the kept guards.
+        self.settled: dict[int, tuple[Any, tuple]] = {}
+        # (Guard, fields, [(code part, verbose part)], the builder's G scope)
+        # of the guards that added object-aliasing code parts to the builder
+        # (GuardBuilder.DUPLICATE_INPUT), in build order
+        self.aliasing: list[tuple[Any, tuple, list, Any]] = []
 
 
 _state = _State()
@@ -127,6 +140,8 @@ def reset() -> None:
     """Drops every recording in progress (releases the managers they hold)."""
     _state.recordings.clear()
     _state.owner.clear()
+    _state.settled.clear()
+    _state.aliasing.clear()
 
 
 def take(root: Any) -> Recording | None:
@@ -142,6 +157,9 @@ def _recording_for(mgr: Any) -> Recording | None:
     if rec is not None:
         return rec
     if isinstance(mgr, _ROOT):
+        # A new build (CheckFunctionManager builds twice under a guard
+        # filter): the aliasing guards of the last one do not carry over.
+        _state.aliasing.clear()
         rec = Recording(root=mgr, ir=_core.GuardSet("unit"))
         rec.nodes[id(mgr)] = (mgr, 0, None)
         _state.recordings[id(mgr)] = rec
@@ -279,7 +297,8 @@ def _on_accessor(method: str, mgr: Any, child: Any, args: tuple, kwargs: dict) -
         g = a["global_name"]
         key = rec.object_id("key", g, True)
         name = g if isinstance(g, str) else ""
-    vid = rec.ir.add_value(kind, parent, source, name, index, key)
+    vid = rec.ir.add_value(kind, parent, source, name, index, key,
+                           origin=rec.origin_id(_state.creating))
     rec.nodes[id(child)] = (child, vid, example)
     rec.by_source.setdefault(source, vid)
     rec.examples[vid] = example
@@ -317,16 +336,28 @@ def _add(rec: Recording, mgr: Any, kind: str, torch_kind: str, parts: Any, stack
         # An empty DictGuardManager passes after its type and size checks
         # without running its leaves; the IR has no such short circuit yet.
         rec.fail("guards under an empty DictGuardManager are not supported yet")
+    origin = rec.origin_id(_state.origin)
+    duplicate = False
     if dedup:
-        if (vid, torch_kind) in rec.present:
-            return
-        rec.present.add((vid, torch_kind))
+        asked = rec.present.get((vid, torch_kind))
+        if asked is not None:
+            # Dynamo skips it. A second Dynamo guard asking for the same
+            # check still gets its own copy in the IR: a guard filter may
+            # drop the first one and keep this one, and then torch's rebuild
+            # has the check (the dedup pass merges the copies).
+            if origin in asked:
+                return  # (-1 stands for a path guard, see get_guard_manager_from_source)
+            duplicate = True
+            asked.add(origin)
+        else:
+            rec.present[(vid, torch_kind)] = {origin}
     file, line = _user_loc(stack)
     source = rec.nodes[id(mgr)][0].get_source() if vid else "L"
     operands = [] if kind in _NO_OPERAND else [vid]
-    rec.ir.add_guard(kind, operands, source=source, origin=rec.origin_id(_state.origin),
+    rec.ir.add_guard(kind, operands, source=source, origin=origin,
                      file=file, line=line, verbose=_first(parts), **fields)
-    rec.recorded_kinds[torch_kind] = rec.recorded_kinds.get(torch_kind, 0) + 1
+    if not duplicate:
+        rec.recorded_kinds[torch_kind] = rec.recorded_kinds.get(torch_kind, 0) + 1
 
 
 def _leaf_type_match(rec, mgr, type_id, parts, stack):
@@ -441,12 +472,47 @@ def _leaf_dict_version(rec, mgr, value, parts, stack):
          int=C.dict_version(value))
 
 
+def _aliasing_part_guard(code_part: str, g_scope: Any) -> Any:
+    """One code part as the function GuardBuilder.add_python_lambda_leaf_
+    guard_to_root would build for it (same closure variables and globals)."""
+    closure_vars = dynamo_guards._get_closure_vars()
+    _body, pycode = dynamo_guards.build_guard_function(
+        [code_part], ", ".join(closure_vars.keys()))
+    out: dict[str, Any] = {}
+    exec(pycode, {"G": g_scope}, out)  # noqa: S102 - torch's own guard code
+    return out["___make_guard_fn"](*closure_vars.values())
+
+
 def _leaf_epilogue_lambda(rec, mgr, fn, parts, stack):
     shape, _state.shape = _state.shape, None
     if shape is not None:
         return _record_shape_env(rec, mgr, fn, stack, *shape)
-    _add(rec, mgr, "epilogue_lambda", "LAMBDA_GUARD", parts, stack,
-         object=rec.object_id("callable", fn, True))
+    # Dynamo's only epilogue lambda joins the object-aliasing code parts of
+    # the DUPLICATE_INPUT guards built before (CheckFunctionManager.
+    # compile_check_fn), `if not (part): return False` per part. A guard
+    # filter keeps the parts of the kept guards, so the IR gets one lambda
+    # per part, built the same way, with its guard's origin: their
+    # conjunction is Dynamo's lambda, and a filter pass keeps exactly the
+    # parts torch's rebuild joins.
+    aliasing = list(_state.aliasing)
+    codes = [c for a in aliasing for c in a[2]]
+    if not aliasing or [v for _c, v in codes] != list(parts):
+        _add(rec, mgr, "epilogue_lambda", "LAMBDA_GUARD", parts, stack,
+             object=rec.object_id("callable", fn, True))
+        return
+    outer = _state.origin
+    try:
+        for i, (guard, fields, part_codes, g_scope) in enumerate(aliasing):
+            for code_part, verbose in part_codes:
+                _state.origin = (guard, fields)
+                part_fn = _aliasing_part_guard(code_part, g_scope)
+                before = dict(rec.recorded_kinds)
+                _add(rec, mgr, "epilogue_lambda", "LAMBDA_GUARD", [verbose], stack,
+                     object=rec.object_id("callable", part_fn, True))
+                if i or code_part != part_codes[0][0]:
+                    rec.recorded_kinds = before  # Dynamo's tree has one lambda
+    finally:
+        _state.origin = outer
 
 
 def _leaf_tuple_iterator_len(rec, mgr, length, type_id, parts, stack):
@@ -792,18 +858,64 @@ def _track_guard_origins() -> None:
 
     @functools.wraps(orig)
     def create(self, builder):
-        outer = _state.origin
+        outer, outer_creating = _state.origin, _state.creating
+        settled = _state.settled.get(id(self))
         try:
-            _state.origin = (self, _origin_fields(self, builder))
+            fields = settled[1] if settled is not None else _origin_fields(self, builder)
+            _state.origin = (self, fields)
         except Exception:  # the entry cannot be built: filters cannot see it
             _state.origin = None
+        _state.creating = _state.origin
+        codes = getattr(builder, "object_aliasing_guard_codes", None)
+        n_codes = len(codes) if codes is not None else 0
         try:
             return orig(self, builder)
         finally:
-            _state.origin = outer
+            _state.origin, _state.creating = outer, outer_creating
+            if settled is None:
+                _settle_origin(self, builder)
+            if codes is not None and len(codes) > n_codes and id(self) in _state.settled:
+                _state.aliasing.append((self, _state.settled[id(self)][1],
+                                        list(codes[n_codes:]), builder.scope["G"]))
 
     _originals.append((Guard, "create", orig))
     Guard.create = create
+
+    # Guards added while GuardBuilder walks a source's path to its manager
+    # (the EQUALS_MATCH on a dict key under a DictGuardManager) belong to the
+    # path, not to the Dynamo guard being built: the first guard to walk the
+    # path adds them, later ones find the cached manager. They get no origin;
+    # a guard filter keeps them iff it keeps a guard below the same dict entry.
+    builder_cls = dynamo_guards.GuardBuilder
+    orig_path = builder_cls.get_guard_manager_from_source
+
+    @functools.wraps(orig_path)
+    def get_guard_manager_from_source(self, source):
+        outer = _state.origin
+        _state.origin = None
+        try:
+            return orig_path(self, source)
+        finally:
+            _state.origin = outer
+
+    _originals.append((builder_cls, "get_guard_manager_from_source", orig_path))
+    builder_cls.get_guard_manager_from_source = get_guard_manager_from_source
+
+
+def _settle_origin(guard: Any, builder: Any) -> None:
+    """Records the filter entry of ``guard`` as it stands after its first
+    create() (what torch's guard_filter_fn receives, CheckFunctionManager
+    building every guard once before filtering) and updates the origin the
+    recordings gave it."""
+    try:
+        fields = _origin_fields(guard, builder)
+    except Exception:
+        return
+    _state.settled[id(guard)] = (guard, fields)
+    for rec in _state.recordings.values():
+        oid = rec.origins.get(id(guard))
+        if oid is not None:
+            rec.ir.set_origin(oid, *fields)
 
 
 def _wrap_shape_env_lambda() -> None:

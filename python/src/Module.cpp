@@ -15,6 +15,8 @@
 #include "guardjit/JIT/Engine.h"
 #include "guardjit/Runtime/BoundGuardSet.h"
 #include "guardjit/Runtime/Interpreter.h"
+#include "guardjit/Runtime/ObjectFacts.h"
+#include "guardjit/Transforms/PassPipeline.h"
 #include "guardjit/TorchRuntime/TorchRuntime.h"
 
 #include "llvm/Config/llvm-config.h"
@@ -113,7 +115,7 @@ PYBIND11_MODULE(_core, M) {
           "add_value",
           [](GuardSet &S, const std::string &Kind, uint32_t Parent,
              const std::string &Source, const std::string &Name, int64_t Index,
-             int64_t Key) {
+             int64_t Key, int64_t Origin) {
             auto K = parseAccessorKind(Kind);
             if (!K || *K == AccessorKind::Root)
               throw py::value_error("unknown accessor '" + Kind + "'");
@@ -127,10 +129,14 @@ PYBIND11_MODULE(_core, M) {
             V.Name = Name;
             V.Index = Index;
             V.Key = optId(Key);
+            if (Origin >= static_cast<int64_t>(S.origins().size()))
+              throw py::value_error("undefined origin");
+            V.Origin = optId(Origin);
             return S.addValue(std::move(V));
           },
           py::arg("kind"), py::arg("parent"), py::arg("source"),
-          py::arg("name") = "", py::arg("index") = -1, py::arg("key") = -1)
+          py::arg("name") = "", py::arg("index") = -1, py::arg("key") = -1,
+          py::arg("origin") = -1)
       .def(
           "add_origin",
           [](GuardSet &S, const std::string &GuardType, const std::string &Name,
@@ -155,6 +161,32 @@ PYBIND11_MODULE(_core, M) {
           "Adds the GuardFilterEntry fields of one Dynamo guard (torch/_guards.py, "
           "make_guard_filter_entry in torch/_dynamo/guards.py) and returns its id "
           "for add_guard(origin=...).")
+      .def(
+          "set_origin",
+          [](GuardSet &S, uint32_t Id, const std::string &GuardType,
+             const std::string &Name, const std::vector<std::string> &Derived,
+             bool HasValue, bool IsGlobal, bool ValueIsParameter, bool NNModule,
+             bool BuiltinNNModule) {
+            if (Id >= S.origins().size())
+              throw py::value_error("undefined origin " + std::to_string(Id));
+            GuardOrigin &O = S.origins()[Id];
+            O.GuardType = GuardType;
+            O.Name = Name;
+            O.DerivedGuardTypes = Derived;
+            O.HasValue = HasValue;
+            O.IsGlobal = IsGlobal;
+            O.ValueIsParameter = ValueIsParameter;
+            O.UnspecializedNNModule = NNModule;
+            O.UnspecializedBuiltinNNModule = BuiltinNNModule;
+          },
+          py::arg("id"), py::arg("guard_type"), py::arg("name"),
+          py::arg("derived") = std::vector<std::string>{},
+          py::arg("has_value") = false, py::arg("is_global") = false,
+          py::arg("value_is_parameter") = false, py::arg("nn_module") = false,
+          py::arg("builtin_nn_module") = false,
+          "Replaces the fields of origin `id` (the recorder settles them once "
+          "the Dynamo guard's create() has returned: create() appends to "
+          "Guard.guard_types, which torch's filters see as derived_guard_types).")
       .def(
           "add_tensor_spec",
           [](GuardSet &S, py::handle Tensor, int64_t PyType, uint64_t Keys,
@@ -251,7 +283,12 @@ PYBIND11_MODULE(_core, M) {
             return D;
           },
           "Guards per Dynamo guard kind, e.g. {'TENSOR_MATCH': 9}.")
-      .def("print", &printGuardSet, "The .gir text of the set.");
+      .def("print", &printGuardSet, "The .gir text of the set.")
+      .def(
+          "copy",
+          [](const GuardSet &S) { return std::make_shared<GuardSet>(S); },
+          "An independent copy (same object addresses), e.g. to keep the set "
+          "as recorded before run_pipeline changes it.");
 
   py::class_<BoundGuardSet, std::shared_ptr<BoundGuardSet>>(
       M, "BoundGuardSet", "A guard set bound to live objects.")
@@ -350,6 +387,62 @@ PYBIND11_MODULE(_core, M) {
         return py::make_tuple(T->Calls, T->Failures, T->Fn != nullptr);
       },
       "(calls, failures, native) of a callable made by make_guard.");
+
+  M.def(
+      "run_pipeline",
+      [](GuardSet &S, const std::string &Text) {
+        llvm::Expected<PassPipeline> P = PassPipeline::parse(Text);
+        if (!P)
+          throw py::value_error("guardjit: bad pass pipeline '" + Text +
+                                "': " + llvm::toString(P.takeError()));
+        // The recorder's objects are alive: the passes may use what they
+        // prove (fold-implied). The GIL is held: the facts read types.
+        PassContext Ctx;
+        Ctx.Facts.FixedTypeOf = fixedTypeOf;
+        Ctx.Facts.None = noneAddress();
+        Ctx.Facts.True = trueAddress();
+        Ctx.Facts.False = falseAddress();
+        for (const ObjectEntry &E : S.objects())
+          if (!E.Address) { // parsed IR: no live objects to ask
+            Ctx.Facts = ObjectFacts();
+            break;
+          }
+        size_t GuardsIn = S.guards().size(), ValuesIn = S.values().size();
+        std::vector<PassRunStats> Runs;
+        if (llvm::Error E = P->run(S, Ctx, &Runs))
+          throw std::runtime_error("guardjit: " +
+                                   llvm::toString(std::move(E)));
+        py::list Passes;
+        for (const PassRunStats &R : Runs) {
+          py::dict Removed;
+          for (size_t K = 0; K < R.GuardsRemoved.size(); ++K)
+            if (R.GuardsRemoved[K])
+              Removed[py::str(std::string(
+                  torchName(static_cast<GuardKind>(K))))] = R.GuardsRemoved[K];
+          py::dict D;
+          D["name"] = R.Pass;
+          D["guards_removed"] = Removed;
+          D["values_removed"] = R.ValuesRemoved;
+          D["us"] = R.Micros;
+          Passes.append(D);
+        }
+        py::dict Out;
+        Out["pipeline"] = P->str();
+        Out["guards_in"] = GuardsIn;
+        Out["guards_out"] = S.guards().size();
+        Out["values_in"] = ValuesIn;
+        Out["values_out"] = S.values().size();
+        Out["passes"] = Passes;
+        return Out;
+      },
+      py::arg("guard_set"), py::arg("pipeline") = "default",
+      "Runs a -passes= pipeline (e.g. 'default', "
+      "'skip_guard_on_all_nn_modules_unsafe,default') over the set in place, "
+      "before it is bound. Call with the recorder's objects alive (GIL held). "
+      "Returns {'pipeline', 'guards_in', 'guards_out', 'values_in', "
+      "'values_out', 'passes': [{'name', 'guards_removed': {TORCH_KIND: n}, "
+      "'values_removed', 'us'}]}. A bad pipeline raises ValueError with the "
+      "column at fault.");
 
   M.def("set_in_mode_without_ignore_compile_internals",
         &setInModeWithoutIgnoreCompileInternals, py::arg("in_mode"),

@@ -32,3 +32,15 @@ def units():
 
 def pytest_configure(config):
     assert guardjit.enabled(), "guardjit must be able to run on the verified torch/Python"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``slow`` run only with GUARDJIT_SLOW_TESTS=1 (or ``-m slow``)."""
+    import os
+
+    if os.environ.get("GUARDJIT_SLOW_TESTS") == "1" or "slow" in (config.option.markexpr or ""):
+        return
+    skip = pytest.mark.skip(reason="slow: set GUARDJIT_SLOW_TESTS=1 to run")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

@@ -100,3 +100,23 @@ def test_table_and_plot(quick_run):
         assert m["name"] in stdout
     if importlib.util.find_spec("matplotlib") is not None:
         assert png.stat().st_size > 10_000
+
+
+def test_passes_are_recorded(quick_run):
+    """Per model: guards and check µs as recorded, after the default
+    pipeline and after each filter; the guide's combination."""
+    from guardjit.bench.passes import GUIDE, VARIANTS
+
+    data, stdout, _ = quick_run
+    for m in data["models"]:
+        p = m["passes"]
+        assert p["status"] == "ok", (m["name"], p)
+        assert p["none"]["passes"], m["name"]
+        for name in VARIANTS:
+            row = p[name]
+            assert row["passes"], (m["name"], name)  # fewer guards still pass
+            assert row["guards"] <= p["none"]["guards"], (m["name"], name)
+            assert isinstance(row["us"], float) and isinstance(row["us_none"], float)
+        assert p["skip_all_guards_unsafe"]["guards"] == 0, m["name"]
+        assert p[GUIDE].get("status") in ("native", "partial", "fallback"), (m["name"], p[GUIDE])
+    assert "free-tensors+skip-all-nn" in stdout

@@ -107,6 +107,13 @@ struct Value {
   /// dict for Globals.
   ObjectId Key = InvalidId;
   std::string Source;         ///< Dynamo source, e.g. "L['x']"
+  /// Index into GuardSet::origins(): the Dynamo guard whose create() made
+  /// this value (InvalidId for values made while no guard was being created,
+  /// or by walking a path, or in hand-written IR). It matters for a value
+  /// that carries no guard and has no child: Dynamo's HASATTR guard makes
+  /// just the accessor (the read itself is the check), and a guard filter
+  /// drops the accessor iff it drops that guard.
+  uint32_t Origin = InvalidId;
 };
 
 /// TENSOR_MATCH parameters, as torch's TensorCheck stores them.

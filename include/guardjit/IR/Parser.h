@@ -39,7 +39,7 @@ struct EntityLoc {
   llvm::SMLoc Object; ///< key=#N of a value, object=#N of a guard, pytype=#N
   llvm::SMLoc Aux;    ///< aux=#N of a guard
   llvm::SMLoc Tensor; ///< tensor=N of a guard
-  llvm::SMLoc Origin; ///< origin=N of a guard
+  llvm::SMLoc Origin; ///< origin=N of a guard or a value
   /// Each node of a shape expression (`(` or the literal), by node index.
   std::vector<llvm::SMLoc> ExprNodes;
 

@@ -129,6 +129,32 @@ def options_table(data: dict[str, Any], markdown: bool = False) -> str:
     return _table(rows, markdown)
 
 
+def passes_table(data: dict[str, Any], markdown: bool = False) -> str:
+    """Per model: guards and guardjit check µs as recorded, after the default
+    pipeline and after each filter pass (+ default); and the guide's
+    combination, Dynamo's filtered tree µs / guardjit µs."""
+    from guardjit.bench.passes import FILTERS as PASS_FILTERS, GUIDE
+
+    head = (("model", "recorded", "default") + tuple(_SHORT[f] for f in PASS_FILTERS)
+            + ("free-tensors+skip-all-nn: Dynamo / guardjit",))
+    rows = [head]
+    for m in data["models"]:
+        p = m.get("passes") or {}
+        if p.get("status") != "ok":
+            rows.append((m["name"],) + (p.get("status", "-"),) + ("",) * (len(head) - 2))
+            continue
+
+        def cell(k: str) -> str:
+            e = p.get(k) or {}
+            return f"{_f(e.get('guards'), '{}')}g {_f(e.get('us'))}"
+        g = p.get(GUIDE) or {}
+        guide = (f"{_f(g.get('guards'), '{}')}g {_f(g.get('dynamo_check_us'))} / "
+                 f"{_f(g.get('guardjit_check_us'))}" if g.get("status") != "error" else "error")
+        rows.append((m["name"], cell("none"), cell("default"))
+                    + tuple(cell(f) for f in PASS_FILTERS) + (guide,))
+    return _table(rows, markdown)
+
+
 def summary(data: dict[str, Any]) -> dict[str, Any]:
     """Headline numbers against the issue's targets (default options only)."""
     ms = [m for m in data["models"] if m.get("ratio")]
@@ -159,7 +185,10 @@ def format_text(data: dict[str, Any]) -> str:
     parts = [main_table(data), "",
              "guard check with each option: guards, Dynamo µs / guardjit µs "
              "(stance: cache lookup µs, torch / guardjit)",
-             options_table(data), ""]
+             options_table(data), "",
+             "guardjit's passes on the recorded IR: guards, guardjit check µs (filters run "
+             "with the default pipeline after them)",
+             passes_table(data), ""]
     for m in data["models"]:
         for r in m.get("fallback_reasons") or []:
             parts.append(f"  {m['name']}: a compile unit stayed on Dynamo's path: {r}")

@@ -453,7 +453,22 @@ def measure_option(case: BenchCase, name: str, s: Settings) -> dict[str, Any]:
 
 # --- one model ------------------------------------------------------------------------------
 
-STEPS_PER_MODEL = 2 + len(OPTIONS) - 1  # build+check, end to end (+stance), options
+STEPS_PER_MODEL = 2 + len(OPTIONS) - 1 + 1  # build+check, end to end (+stance), options, passes
+
+
+def unit_frames(case: BenchCase, units: list) -> list[dict]:
+    """Per unit, frame locals its check passes on: the compile-time dict,
+    or the frames of an eager call when that dict went stale (_entry_locals)."""
+    frames = []
+    for u in units:
+        fl = u.f_locals
+        if fl is None or not u.check(fl):
+            fl = _entry_locals(case, u.code) if u.code is not None else None
+            if fl is None or not u.check(fl):
+                raise RuntimeError("a check fails on its compile-time frame locals and on "
+                                   "the frame locals of an eager call")
+        frames.append(fl)
+    return frames
 
 
 def measure_model(name: str, factory: Callable[[bool], BenchCase], s: Settings,
@@ -498,6 +513,13 @@ def measure_model(name: str, factory: Callable[[bool], BenchCase], s: Settings,
             tick(f"{name}: {opt}")
             options[opt] = measure_option(case, opt, s)
         entry["options"] = options
+        tick(f"{name}: passes")
+        try:
+            from guardjit.bench.passes import measure_passes
+
+            entry["passes"] = measure_passes(case, s, unit_frames)
+        except Exception as e:  # noqa: BLE001 - recorded, never raised
+            entry["passes"] = {"status": "error", "error": _err(e)}
     for k in MODEL_FIELDS:
         entry.setdefault(k, None)
     if errors:
