@@ -6,10 +6,11 @@ message(STATUS "guardjit: LLVM ${LLVM_PACKAGE_VERSION} from ${LLVM_DIR}")
 separate_arguments(GUARDJIT_LLVM_DEFINITIONS NATIVE_COMMAND ${LLVM_DEFINITIONS})
 
 # The pyenv CPython first on PATH, not Debian's python3-dev.
-# Development.Embed only for executables: the GoogleTest binaries, which embed
-# CPython, and guard-ir-opt, which links libpython for the runtime helpers.
+# Development.Embed only for executables: the GoogleTest binaries and the
+# micro-benchmarks, which embed CPython, and guard-ir-opt, which links
+# libpython for the runtime helpers.
 set(_gj_py_components Interpreter Development.Module)
-if(GUARDJIT_BUILD_TESTS OR GUARDJIT_BUILD_TOOLS)
+if(GUARDJIT_BUILD_TESTS OR GUARDJIT_BUILD_TOOLS OR GUARDJIT_BUILD_BENCH)
   list(APPEND _gj_py_components Development.Embed)
 endif()
 find_package(Python3 3.11 REQUIRED COMPONENTS ${_gj_py_components})

@@ -231,24 +231,69 @@ def profile_lookup_us(fn: Callable[[], object], calls: int) -> float:
     with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(calls):
             fn()
-    total = sum(e.self_cpu_time_total for e in prof.events() if e.name == LOOKUP_EVENT)
-    return total / calls
+    raw = getattr(getattr(prof, "profiler", None), "kineto_results", None)
+    if raw is None:
+        total = sum(e.self_cpu_time_total for e in prof.events() if e.name == LOOKUP_EVENT)
+        return total / calls
+    return raw_self_us(raw.events(), LOOKUP_EVENT) / calls
+
+
+def raw_self_us(events: Any, name: str) -> float:
+    """Total self time (µs) of the events called ``name``, from raw kineto events.
+
+    The same number as ``sum(e.self_cpu_time_total for e in prof.events() if
+    e.name == name)``: an event's duration minus that of its direct children
+    (events of the same thread nested inside it). It skips ``prof.events()``,
+    which builds a Python object per op event and dominated the benchmark's
+    run time on the eager models (thousands of op events per profiled call).
+    """
+    by_thread: dict[int, list[tuple[int, int, bool]]] = {}
+    for e in events:
+        by_thread.setdefault(e.start_thread_id(), []).append(
+            (e.start_ns(), e.end_ns(), e.name() == name))
+    total_ns = 0
+    for evs in by_thread.values():
+        if not any(is_target for _, _, is_target in evs):
+            continue
+        evs.sort(key=lambda t: (t[0], -t[1]))
+        stack: list[list] = []  # [end, is_target, children_ns]
+        for start, end, is_target in evs:
+            while stack and stack[-1][0] <= start:
+                done = stack.pop()
+                if done[1]:
+                    total_ns += done[3] - done[2]
+            if stack:
+                stack[-1][2] += end - start
+            stack.append([end, is_target, 0, end - start])
+        for done in stack:
+            if done[1]:
+                total_ns += done[3] - done[2]
+    return total_ns / 1e3
+
+
+def interleaved_lookups(fns: list[Callable[[], object]], rounds: int,
+                        calls: int) -> list[list[float]]:
+    """Per side, the lookup µs of each round; sides alternate within a round."""
+    for fn in fns:
+        profile_lookup_us(fn, max(1, calls // 4))  # warm-up (profiler start-up, caches)
+    per: list[list[float]] = [[] for _ in fns]
+    for _ in range(rounds):
+        for i, fn in enumerate(fns):
+            per[i].append(profile_lookup_us(fn, calls))
+    return per
+
+
+def _ratio_stats(xs: list[float], ys: list[float]) -> dict[str, float]:
+    ratios = [x / y if y else float("nan") for x, y in zip(xs, ys)]
+    return {"a_us": statistics.median(xs), "b_us": statistics.median(ys),
+            "ratio": statistics.median(ratios), "ratio_min": min(ratios),
+            "ratio_max": max(ratios)}
 
 
 def interleaved_lookup(a: Callable[[], object], b: Callable[[], object], rounds: int,
                        calls: int) -> dict[str, float]:
-    profile_lookup_us(a, max(1, calls // 4))  # warm-up (profiler start-up, caches)
-    profile_lookup_us(b, max(1, calls // 4))
-    la, lb, ratios = [], [], []
-    for _ in range(rounds):
-        x = profile_lookup_us(a, calls)
-        y = profile_lookup_us(b, calls)
-        la.append(x)
-        lb.append(y)
-        ratios.append(x / y if y else float("nan"))
-    return {"a_us": statistics.median(la), "b_us": statistics.median(lb),
-            "ratio": statistics.median(ratios), "ratio_min": min(ratios),
-            "ratio_max": max(ratios)}
+    la, lb = interleaved_lookups([a, b], rounds, calls)
+    return _ratio_stats(la, lb)
 
 
 def _ab(r: timing.ABResult) -> dict[str, float]:
@@ -382,7 +427,28 @@ def measure_end_to_end(case: BenchCase, s: Settings) -> dict[str, Any]:
         call_gj()
     out["units_guardjit_e2e"] = guardjit.stats().get("units_seen", 0) - seen_before
 
-    lk = interleaved_lookup(call_plain, call_gj, s.profile_rounds, s.profile_calls)
+    # The stance is set per call, so its two sides join the same interleave
+    # (one set of profiler rounds for all four instead of three pairs).
+    stance = lambda: torch.compiler.set_stance("default", skip_guard_eval_unsafe=True)  # noqa: E731
+
+    def plain_stance() -> object:
+        with stance():
+            return plain(*args, **kwargs)
+
+    def gj_stance() -> object:
+        with stance():
+            return gj(*args, **kwargs)
+
+    st: dict[str, Any] = {"kind": "stance"}
+    sides: list[Callable[[], object]] = [call_plain, call_gj]
+    try:
+        plain_stance()
+        gj_stance()
+        sides += [plain_stance, gj_stance]
+    except Exception as e:  # noqa: BLE001 - recorded, never raised
+        st.update({"status": "error", "error": _err(e)})
+    per = interleaved_lookups(sides, s.profile_rounds, s.profile_calls)
+    lk = _ratio_stats(per[0], per[1])
     out.update({"lookup_us_torch": lk["a_us"], "lookup_us_guardjit": lk["b_us"],
                 "lookup_ratio": lk["ratio"], "lookup_ratio_min": lk["ratio_min"],
                 "lookup_ratio_max": lk["ratio_max"]})
@@ -394,22 +460,12 @@ def measure_end_to_end(case: BenchCase, s: Settings) -> dict[str, Any]:
     # The skip_guard_eval_unsafe stance on the same two compiled models: only
     # the differentiating guards run (its cost is the bar for guardjit's own
     # differentiating sets). Compared with plain torch.compile without it.
-    st: dict[str, Any] = {"kind": "stance"}
+    if len(sides) < 4:
+        out["stance"] = st
+        return out
     try:
-        stance = lambda: torch.compiler.set_stance("default", skip_guard_eval_unsafe=True)  # noqa: E731
-
-        def plain_stance() -> object:
-            with stance():
-                return plain(*args, **kwargs)
-
-        def gj_stance() -> object:
-            with stance():
-                return gj(*args, **kwargs)
-
-        plain_stance()
-        gj_stance()
-        lk_t = interleaved_lookup(call_plain, plain_stance, s.profile_rounds, s.profile_calls)
-        lk_g = interleaved_lookup(call_gj, gj_stance, s.profile_rounds, s.profile_calls)
+        lk_t = _ratio_stats(per[0], per[2])
+        lk_g = _ratio_stats(per[1], per[3])
         st.update({"lookup_us_torch": lk_t["b_us"], "lookup_us_guardjit": lk_g["b_us"],
                    "lookup_us_torch_without": lk_t["a_us"],
                    "lookup_us_guardjit_without": lk_g["a_us"],
