@@ -149,8 +149,11 @@ def write_units(name: str, units: list[plugin.Unit], out_dir: str) -> list[str]:
                   "not written", file=sys.stderr)
             continue
         path = os.path.join(out_dir, unit_file_name(name, u.name))
+        # The set as recorded, before the plugin's pipeline: what torch's
+        # filters (which must run first) and `guard-ir-opt -passes=` expect.
+        ir = u.recorded_ir if u.recorded_ir is not None else u.ir
         with open(path, "w", encoding="utf-8", newline="\n") as f:
-            f.write(stable_text.normalize(u.ir.print()))
+            f.write(stable_text.normalize(ir.print()))
         paths.append(path)
     return paths
 
