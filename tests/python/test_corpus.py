@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 import guardjit
-from guardjit import export, models, plugin
+from guardjit import _core, export, models, plugin
 
 CORPUS_DIR = os.path.join(os.path.dirname(__file__), os.pardir, "corpus")
 NAMES = list(export.CORPUS)
