@@ -26,8 +26,10 @@ static bool sameTensorSpec(const GuardSet &S, uint32_t A, uint32_t B) {
 // (PassPipeline.h), so once dedup runs the copies are plain duplicates and
 // the first (the one Dynamo's tree keeps) stays.
 static bool sameGuard(const GuardSet &S, const Guard &A, const Guard &B) {
+  // Every payload field counts: Ints (RANGE_ITERATOR_MATCH's start, stop,
+  // step) and Expr (a shape expression) as much as Int and Str.
   return A.Kind == B.Kind && A.Operands == B.Operands && A.Int == B.Int &&
-         A.Str == B.Str &&
+         A.Ints == B.Ints && A.Expr == B.Expr && A.Str == B.Str &&
          sameObject(S, A.Object, B.Object) && sameObject(S, A.Aux, B.Aux) &&
          sameTensorSpec(S, A.Tensor, B.Tensor);
 }

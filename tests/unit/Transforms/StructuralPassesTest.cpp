@@ -9,6 +9,7 @@
 
 #include "guardjit/Transforms/CSE.h"
 #include "guardjit/Transforms/DeadValues.h"
+#include "guardjit/IR/Parser.h"
 #include "guardjit/Transforms/Dedup.h"
 #include "guardjit/Transforms/FoldImplied.h"
 #include "guardjit/Transforms/Order.h"
@@ -115,6 +116,41 @@ TEST_F(StructuralPassesTest, DedupRemovesRepeatsAndOriginCopiesButNotLambdas) {
   PyObject *N = eval("len(calls)");
   EXPECT_EQ(PyLong_AsLong(N), 2);
   Py_DECREF(N);
+}
+
+// Regression (adversarial review): dedup once ignored Expr and Ints, merged
+// `n >= 2` with `n <= 100`, and so passed n = 1000.
+TEST_F(StructuralPassesTest, DedupComparesShapeExpressionsAndInts) {
+  SetBuilder B;
+  ValueId N = B.local("n");
+  B.guard(GuardKind::ShapeExpr, {N}).Expr =
+      cantFail(parseShapeExprString("(ge (int $0) 2)"));
+  B.guard(GuardKind::ShapeExpr, {N}).Expr =
+      cantFail(parseShapeExprString("(le (int $0) 100)"));
+  B.guard(GuardKind::ShapeExpr, {N}).Expr =
+      cantFail(parseShapeExprString("(ge (int $0) 2)"));
+  DedupPass P;
+  GuardSet Out = runAndCompare(P, B.set(), {"{'n': 1}", "{'n': 50}",
+                                            "{'n': 1000}"});
+  EXPECT_EQ(Out.guards().size(), 2u);
+  EXPECT_FALSE(answer(Out, "{'n': 1000}"));
+  EXPECT_TRUE(answer(Out, "{'n': 50}"));
+
+  Guard A, C;
+  A.Kind = C.Kind = GuardKind::RangeIteratorMatch;
+  A.Ints = {0, 3, 1};
+  C.Ints = {0, 5, 1};
+  GuardSet R;
+  Value V;
+  V.Kind = AccessorKind::FrameLocal;
+  V.Parent = GuardSet::root();
+  ValueId It = R.addValue(V);
+  A.Operands = C.Operands = {It};
+  R.addGuard(A);
+  R.addGuard(C);
+  R.addGuard(A);
+  P.run(R, PassContext());
+  EXPECT_EQ(R.guards().size(), 2u);
 }
 
 TEST_F(StructuralPassesTest, DeadValuesKeepsReadsThatCanFail) {
