@@ -1,0 +1,322 @@
+//===- LowerAccessors.cpp - Value reads -----------------------------------===//
+//
+// The accessors of the Guard IR (one block per value read, "v3.dict_get_item")
+// and the loads they share with the guards: object fields by the offsets of
+// Runtime/CPythonABI.h, the inline managed __dict__ and tuple/list item reads,
+// and the DictReadCache (PEP 509) memo test in front of every dict read.
+//
+//===----------------------------------------------------------------------===//
+#include "Lowerer.h"
+
+#include "guardjit/Runtime/CPythonABI.h"
+#include "guardjit/Runtime/RuntimeHelpers.h"
+
+#include "llvm/IR/IRBuilder.h"
+
+#include <cstddef>
+
+using namespace llvm;
+
+namespace guardjit {
+
+llvm::Value *Lowerer::loadField(llvm::Value *Obj, size_t Offset, Type *Ty,
+                          const Twine &Name) {
+  llvm::Value *Addr = B.CreateConstInBoundsGEP1_64(B.getInt8Ty(), Obj, Offset);
+  return B.CreateAlignedLoad(Ty, Addr, Align(abi::PointerSize), Name);
+}
+
+llvm::Value *Lowerer::loadType(llvm::Value *Obj, const Twine &Name) {
+  auto *L = cast<LoadInst>(
+      loadField(Obj, abi::ObjectTypeOffset, PtrTy, Name));
+  // Every live object has a type: lets the optimizer drop null tests.
+  L->setMetadata(LLVMContext::MD_nonnull, MDNode::get(Ctx, {}));
+  return L;
+}
+
+llvm::Value *Lowerer::loadPreHeader(llvm::Value *Obj, int64_t Offset,
+                                    const Twine &Name) {
+  // Not inbounds of the PyObject itself, but of its allocation (the GC
+  // header and pre-header precede it); a plain GEP claims nothing.
+  llvm::Value *Addr = B.CreateConstGEP1_64(B.getInt8Ty(), Obj, Offset);
+  return B.CreateAlignedLoad(PtrTy, Addr, Align(abi::PointerSize), Name);
+}
+
+/// GetGenericDictGuardAccessor, inline for the common case: the type has a
+/// managed dict, its inline values were already turned into a dict (values
+/// pointer NULL) and that dict exists. PyObject_GenericGetDict then returns
+/// exactly that pointer with no side effect; every other case (values not
+/// yet materialized, no dict yet, tp_dictoffset layouts, no __dict__) calls
+/// gj_rt_generic_dict, which materializes or fails as Dynamo's read does.
+llvm::Value *Lowerer::emitGenericDict(llvm::Value *Obj,
+                                      const std::string &Name) {
+  BasicBlock *Managed = BasicBlock::Create(Ctx, Name + ".managed", F);
+  BasicBlock *Slow = BasicBlock::Create(Ctx, Name + ".slow", F);
+  BasicBlock *Join = BasicBlock::Create(Ctx, Name + ".read", F);
+  llvm::Value *Ty = loadType(Obj, Name + ".type");
+  llvm::Value *Flags = loadField(Ty, abi::TypeFlagsOffset, I64, Name + ".flags");
+  B.CreateCondBr(B.CreateICmpNE(B.CreateAnd(Flags, abi::ManagedDictFlag),
+                                ConstantInt::get(I64, 0), Name + ".is_managed"),
+                 Managed, Slow, Likely);
+
+  B.SetInsertPoint(Managed);
+  llvm::Value *Values =
+      loadPreHeader(Obj, abi::ManagedValuesOffset, Name + ".values");
+  llvm::Value *Dict = loadPreHeader(Obj, abi::ManagedDictOffset, Name + ".dict");
+  llvm::Value *Ready = B.CreateAnd(B.CreateIsNull(Values, Name + ".no_values"),
+                                   B.CreateIsNotNull(Dict, Name + ".has_dict"));
+  BasicBlock *ManagedEnd = B.GetInsertBlock();
+  B.CreateCondBr(Ready, Join, Slow, Likely);
+
+  B.SetInsertPoint(Slow);
+  llvm::Value *Read = B.CreateCall(helper("gj_rt_generic_dict", PtrTy, {PtrTy}),
+                                   {Obj}, Name + ".call");
+  B.CreateBr(Join);
+
+  B.SetInsertPoint(Join);
+  PHINode *Result = B.CreatePHI(PtrTy, 2, Name);
+  Result->addIncoming(Dict, ManagedEnd);
+  Result->addIncoming(Read, Slow);
+  return Result;
+}
+
+/// PyTuple_GetItem / PyList_GetItem for a constant index >= 0, inline: the
+/// subclass flag of the type, an unsigned bounds test against ob_size, then
+/// the item. Exactly the checks CPython makes before returning a borrowed
+/// item, so a failure here is the helper's NULL.
+void Lowerer::emitInlineSequenceItem(ValueId Id, bool IsTuple) {
+  const guardjit::Value &V = S.value(Id);
+  llvm::Value *Parent = Vals[V.Parent];
+  std::string P = prefix('v', Id);
+  llvm::Value *Ty = loadType(Parent, P + ".type");
+  llvm::Value *Flags = loadField(Ty, abi::TypeFlagsOffset, I64, P + ".flags");
+  uint64_t Flag = IsTuple ? abi::TupleSubclassFlag : abi::ListSubclassFlag;
+  failUnless(B.CreateICmpNE(B.CreateAnd(Flags, Flag),
+                            ConstantInt::get(I64, 0), P + ".is_seq"));
+  beginBlock(P + ".in_bounds");
+  llvm::Value *Size =
+      loadField(Parent, abi::VarObjectSizeOffset, I64, P + ".size");
+  failUnless(B.CreateICmpULT(ConstantInt::get(I64, V.Index), Size,
+                             P + ".index_ok"));
+  beginBlock(P + ".item");
+  llvm::Value *Items = Parent;
+  size_t ItemsOffset = abi::TupleItemsOffset;
+  if (!IsTuple) {
+    Items = loadField(Parent, abi::ListItemsOffset, PtrTy, P + ".items");
+    ItemsOffset = 0;
+  }
+  Vals[Id] = loadField(Items, ItemsOffset + abi::PointerSize * V.Index, PtrTy,
+                       P);
+}
+
+/// The inline hit test of a DictReadCache slot (RuntimeHelpers.h explains
+/// why a hit is exact): the slot's dict is `Dict`, `Dict` is still an exact
+/// dict, and its PEP 509 tag is the slot's. Three compares, no call. Ends the
+/// current block; returns the (empty) hit and miss blocks.
+std::pair<BasicBlock *, BasicBlock *>
+Lowerer::emitMemoTest(Constant *Slot, llvm::Value *Dict,
+                      const std::string &Name) {
+  BasicBlock *CheckType = BasicBlock::Create(Ctx, Name + ".memo.type", F);
+  BasicBlock *CheckTag = BasicBlock::Create(Ctx, Name + ".memo.tag", F);
+  BasicBlock *Hit = BasicBlock::Create(Ctx, Name + ".memo.hit", F);
+  BasicBlock *Miss = BasicBlock::Create(Ctx, Name + ".memo.miss", F);
+
+  llvm::Value *CachedDict =
+      loadField(Slot, offsetof(DictReadCache, Dict), PtrTy, Name + ".mdict");
+  B.CreateCondBr(B.CreateICmpEQ(Dict, CachedDict, Name + ".same_dict"),
+                 CheckType, Miss, Likely);
+
+  B.SetInsertPoint(CheckType);
+  B.CreateCondBr(B.CreateICmpEQ(loadType(Dict, Name + ".dtype"),
+                                pointer(&PyDict_Type), Name + ".is_dict"),
+                 CheckTag, Miss, Likely);
+
+  B.SetInsertPoint(CheckTag);
+  llvm::Value *Tag =
+      loadField(Dict, abi::DictVersionTagOffset, I64, Name + ".tag");
+  llvm::Value *CachedTag =
+      loadField(Slot, offsetof(DictReadCache, Tag), I64, Name + ".mtag");
+  B.CreateCondBr(B.CreateICmpEQ(Tag, CachedTag, Name + ".same_tag"), Hit,
+                 Miss, Likely);
+  return {Hit, Miss};
+}
+
+/// A memoized dict read: the slot's value on a hit, else `Fill` (the
+/// helper that reads and refills the slot) with `Args` + the slot.
+llvm::Value *Lowerer::emitMemoRead(ValueId Id, llvm::Value *Dict,
+                                   StringRef Fill, Type *ArgTy,
+                                   llvm::Value *Arg, const std::string &Name) {
+  Constant *Slot = valueMemo(Id);
+  auto [Hit, Miss] = emitMemoTest(Slot, Dict, Name);
+  BasicBlock *Join = BasicBlock::Create(Ctx, Name + ".read", F);
+
+  B.SetInsertPoint(Hit);
+  llvm::Value *Cached =
+      loadField(Slot, offsetof(DictReadCache, Value), PtrTy, Name + ".mval");
+  B.CreateBr(Join);
+
+  B.SetInsertPoint(Miss);
+  llvm::Value *Read = B.CreateCall(helper(Fill, PtrTy, {PtrTy, ArgTy, PtrTy}),
+                                   {Dict, Arg, Slot}, Name + ".fill");
+  B.CreateBr(Join);
+
+  B.SetInsertPoint(Join);
+  PHINode *Result = B.CreatePHI(PtrTy, 2, Name);
+  Result->addIncoming(Cached, Hit);
+  Result->addIncoming(Read, Miss);
+  return Result;
+}
+
+void Lowerer::emitValue(ValueId Id, LoweringStats &Stats) {
+  const guardjit::Value &V = S.value(Id);
+  if (V.Kind == AccessorKind::Globals) {
+    // Captured at compile time: a constant, no read.
+    Vals[Id] = object(V.Key);
+    ++Stats.NumInlineReads;
+    return;
+  }
+  std::string Name = prefix('v', Id);
+  beginBlock(Name + "." + spelling(V.Kind));
+  llvm::Value *Parent = Vals[V.Parent];
+  llvm::Value *Result = nullptr;
+  switch (V.Kind) {
+  case AccessorKind::Root:
+  case AccessorKind::Globals:
+    llvm_unreachable("handled above");
+  case AccessorKind::Type:
+    assert(!accessorReturnsNewRef(V.Kind) && "inline type() is borrowed");
+    Vals[Id] = loadType(Parent, Name);
+    ++Stats.NumInlineReads;
+    return;
+  case AccessorKind::TupleGetItem:
+  case AccessorKind::ListGetItem:
+    if (V.Index >= 0) {
+      assert(!accessorReturnsNewRef(V.Kind) && "inline items are borrowed");
+      emitInlineSequenceItem(Id, V.Kind == AccessorKind::TupleGetItem);
+      ++Stats.NumInlineReads;
+      return;
+    }
+    // Negative indices: the helper decides (it fails or wraps them).
+    Result = B.CreateCall(
+        helper(V.Kind == AccessorKind::TupleGetItem ? "gj_rt_tuple_get_item"
+                                                    : "gj_rt_list_get_item",
+               PtrTy, {PtrTy, I64}),
+        {Parent, ConstantInt::get(I64, V.Index)}, Name);
+    break;
+  case AccessorKind::FrameLocal:
+    // L[name] of the frame locals dict: the same probe as any dict item.
+  case AccessorKind::DictGetItem:
+    assert(accessorUsesDictCache(V.Kind) && !accessorReturnsNewRef(V.Kind));
+    Result = emitMemoRead(Id, Parent, "gj_rt_dict_get_item_fill", PtrTy,
+                          object(V.Key), Name);
+    break;
+  case AccessorKind::GenericDict:
+    Result = emitGenericDict(Parent, Name);
+    break;
+  case AccessorKind::GetAttr:
+    Result = B.CreateCall(helper("gj_rt_getattr", PtrTy, {PtrTy, PtrTy}),
+                          {Parent, object(V.Key)}, Name);
+    break;
+  case AccessorKind::GenericGetAttr:
+    Result =
+        B.CreateCall(helper("gj_rt_generic_getattr", PtrTy, {PtrTy, PtrTy}),
+                     {Parent, object(V.Key)}, Name);
+    break;
+  case AccessorKind::Code:
+    Result = B.CreateCall(helper("gj_rt_code", PtrTy, {PtrTy}), {Parent},
+                          Name);
+    break;
+  case AccessorKind::GetItem:
+    Result = B.CreateCall(helper("gj_rt_get_item", PtrTy, {PtrTy, PtrTy}),
+                          {Parent, object(V.Key)}, Name);
+    break;
+  case AccessorKind::Closure:
+  case AccessorKind::FuncDefaults:
+  case AccessorKind::FuncKwDefaults:
+  case AccessorKind::TypeDict:
+  case AccessorKind::TypeMro:
+  case AccessorKind::CallFunctionNoArgs:
+  case AccessorKind::WeakRefCall: {
+    // One-argument helpers; the new-reference ones join the cleanup chain
+    // below like any other (accessorReturnsNewRef).
+    static constexpr std::pair<AccessorKind, const char *> Unary[] = {
+        {AccessorKind::Closure, "gj_rt_closure"},
+        {AccessorKind::FuncDefaults, "gj_rt_func_defaults"},
+        {AccessorKind::FuncKwDefaults, "gj_rt_func_kwdefaults"},
+        {AccessorKind::TypeDict, "gj_rt_type_dict"},
+        {AccessorKind::TypeMro, "gj_rt_type_mro"},
+        {AccessorKind::CallFunctionNoArgs, "gj_rt_call_function_no_args"},
+        {AccessorKind::WeakRefCall, "gj_rt_weakref_call"},
+    };
+    const char *Fn = nullptr;
+    for (const auto &[K, N] : Unary)
+      if (K == V.Kind)
+        Fn = N;
+    Result = B.CreateCall(helper(Fn, PtrTy, {PtrTy}), {Parent}, Name);
+    break;
+  }
+  case AccessorKind::Grad:
+    Result = B.CreateCall(helper("gj_rt_grad", PtrTy, {PtrTy}), {Parent}, Name);
+    break;
+  case AccessorKind::SetGetItem:
+  case AccessorKind::TupleIteratorGetItem:
+    Result = B.CreateCall(
+        helper(V.Kind == AccessorKind::SetGetItem
+                   ? "gj_rt_set_get_item"
+                   : "gj_rt_tuple_iterator_get_item",
+               PtrTy, {PtrTy, I64}),
+        {Parent, ConstantInt::get(I64, V.Index)}, Name);
+    break;
+  case AccessorKind::Lambda:
+    Result = B.CreateCall(helper("gj_rt_lambda_call", PtrTy, {PtrTy, PtrTy}),
+                          {object(V.Key), Parent}, Name);
+    break;
+  case AccessorKind::GlobalWeakRef:
+    Result =
+        B.CreateCall(helper("gj_rt_global_weakref", PtrTy, {PtrTy, PtrTy}),
+                     {Parent, object(V.Key)}, Name);
+    break;
+  case AccessorKind::TensorSize:
+  case AccessorKind::TensorStride:
+  case AccessorKind::TensorStorageOffset: {
+    // A new int from the tensor, through TorchHooks (as the interpreter).
+    int Prop = V.Kind == AccessorKind::TensorSize     ? 0
+               : V.Kind == AccessorKind::TensorStride ? 1
+                                                      : 2;
+    Result = B.CreateCall(
+        helper("gj_rt_tensor_property", PtrTy, {PtrTy, I32, I64}),
+        {Parent, ConstantInt::get(I32, Prop), ConstantInt::get(I64, V.Index)},
+        Name);
+    break;
+  }
+  case AccessorKind::DictKey:
+  case AccessorKind::DictValue:
+    assert(accessorUsesDictCache(V.Kind) && !accessorReturnsNewRef(V.Kind));
+    Result = emitMemoRead(Id, Parent,
+                          V.Kind == AccessorKind::DictKey
+                              ? "gj_rt_dict_key_fill"
+                              : "gj_rt_dict_value_fill",
+                          I64, ConstantInt::get(I64, V.Index), Name);
+    break;
+  }
+  Vals[Id] = Result;
+  // A NULL read fails the set; the failure does not own the NULL.
+  failUnless(B.CreateIsNotNull(Result, Name + ".ok"));
+  if (accessorReturnsNewRef(V.Kind)) {
+    // From here on a failure must release this reference: give it its own
+    // cleanup block in front of the chain.
+    beginBlock(Name + ".owned");
+    BasicBlock *Release = BasicBlock::Create(Ctx, "fail.release." + Name, F);
+    IRBuilder<> RB(Release);
+    RB.CreateCall(helper("gj_rt_decref", RB.getVoidTy(), {PtrTy}), {Result});
+    RB.CreateBr(FailTarget);
+    FailTarget = Release;
+    ReleaseBlocks.push_back(Release);
+    NewRefs.emplace_back(Id, Result);
+  }
+}
+
+void Lowerer::emitRelease(llvm::Value *Obj) {
+  B.CreateCall(helper("gj_rt_decref", B.getVoidTy(), {PtrTy}), {Obj});
+}
+
+} // namespace guardjit

@@ -1,0 +1,182 @@
+//===- Lowerer.h - State shared by the lowering files ----------*- C++ -*-===//
+//
+// Private to lib/JIT. One Lowerer lowers one guard set to one function; its
+// code is split by concern:
+//
+//   Lowering.cpp         the driver: validation, scheduling, the frame, the
+//                        guard dispatch, the public entry points, the
+//                        runtime symbol table
+//   LowerAccessors.cpp   value reads (accessors), the dict-read memo, loads
+//   LowerLeafGuards.cpp  single-operand guards and ambient (global) guards
+//   LowerTensors.cpp     TENSOR_MATCH and the other per-tensor guards
+//   LowerShapeExpr.cpp   SHAPE_ENV expressions (shape_expr guards)
+//   LowerRelational.cpp  guards over several values (aliasing, overlap)
+//
+// The generated function is the interpreter (lib/Runtime/Interpreter.cpp)
+// unrolled over one guard set; see Lowering.cpp for the order of evaluation
+// and the cleanup chain of new references.
+//
+//===----------------------------------------------------------------------===//
+#ifndef GUARDJIT_LIB_JIT_LOWERER_H
+#define GUARDJIT_LIB_JIT_LOWERER_H
+
+#include "guardjit/IR/GuardSet.h"
+#include "guardjit/JIT/Lowering.h"
+#include "guardjit/Runtime/BoundGuardSet.h"
+#include "guardjit/Runtime/ShapeEval.h"
+
+#include "llvm/ADT/Twine.h"
+#include "llvm/IR/IRBuilder.h"
+#include "llvm/IR/Module.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace guardjit {
+
+class Lowerer {
+public:
+  /// `BS` null lowers `S` with symbolic addresses (lowerGuardSetSymbolic).
+  Lowerer(const GuardSet &S, const BoundGuardSet *BS, llvm::Module &M);
+
+  llvm::Expected<llvm::Function *> run(llvm::StringRef Name,
+                                       LoweringStats &Stats);
+
+private:
+  // --- Lowering.cpp: driver and shared emission utilities.
+  llvm::Error validate() const;
+  std::string describe(size_t GuardIndex) const;
+
+  llvm::FunctionCallee helper(llvm::StringRef Name, llvm::Type *Ret,
+                              llvm::ArrayRef<llvm::Type *> Params);
+  llvm::Constant *pointer(const void *Address);
+  /// The addresses of the BoundGuardSet, or symbols standing for them.
+  llvm::Constant *object(ObjectId Id) {
+    return BS ? pointer(BS->object(Id)) : symbol("gj.obj." + llvm::Twine(Id));
+  }
+  llvm::Constant *payload(size_t GuardIndex) {
+    return BS ? pointer(BS->payload(GuardIndex))
+              : symbol("gj.payload.g" + llvm::Twine(GuardIndex));
+  }
+  llvm::Constant *valueMemo(ValueId Id) {
+    return BS ? pointer(BS->dictCache(Id))
+              : symbol("gj.memo.v" + llvm::Twine(Id));
+  }
+  llvm::Constant *guardMemo(size_t GuardIndex) {
+    return BS ? pointer(BS->guardCache(GuardIndex))
+              : symbol("gj.memo.g" + llvm::Twine(GuardIndex));
+  }
+  /// An external global named `Name` (symbolic lowering only).
+  llvm::Constant *symbol(const llvm::Twine &Name) {
+    return M.getOrInsertGlobal(Name.str(), B.getInt8Ty());
+  }
+  /// As BoundGuardSet::needsLocalState, which binding computes from the kinds.
+  bool needsLocalState() const {
+    return BS ? BS->needsLocalState()
+              : std::any_of(S.guards().begin(), S.guards().end(),
+                            [](const Guard &G) {
+                              return guardNeedsLocalState(G.Kind);
+                            });
+  }
+  /// "v3" / "g12": the stem of a step's names, empty when the context
+  /// discards names anyway (compile(), where they only cost time).
+  std::string prefix(char Kind, size_t N) const {
+    return Ctx.shouldDiscardValueNames() ? std::string()
+                                         : Kind + std::to_string(N);
+  }
+
+  /// Ends the current block (branching to the new one, or to the current
+  /// failure target when `PendingOk` is false) and starts block `Name`.
+  void beginBlock(const llvm::Twine &Name);
+  /// Makes the next beginBlock branch to the failure target unless `Ok`.
+  void failUnless(llvm::Value *Ok) {
+    assert(!PendingOk && "one pending condition at a time");
+    PendingOk = Ok;
+  }
+  llvm::Value *isTrue(llvm::Value *I32Result) {
+    return B.CreateICmpNE(I32Result, llvm::ConstantInt::get(I32, 0));
+  }
+  /// Branches to `Target` when `Cond` holds, else continues in a new block.
+  void branchIf(llvm::Value *Cond, llvm::BasicBlock *Target,
+                const llvm::Twine &Name);
+  /// A guard helper call `Fn(Args...)` returning i32, as an i1 "passes";
+  /// counted as a helper guard. `P` is the guard's name stem.
+  llvm::Value *callCheck(llvm::StringRef Fn,
+                         llvm::ArrayRef<llvm::Type *> Params,
+                         llvm::ArrayRef<llvm::Value *> Args,
+                         const std::string &P, LoweringStats &Stats);
+  /// `Ok`, counted as an inlined guard.
+  llvm::Value *inlineCheck(llvm::Value *Ok, LoweringStats &Stats) {
+    ++Stats.NumInlined;
+    return Ok;
+  }
+
+  // --- LowerAccessors.cpp: value reads.
+  llvm::Value *loadField(llvm::Value *Obj, size_t Offset, llvm::Type *Ty,
+                         const llvm::Twine &Name);
+  llvm::Value *loadType(llvm::Value *Obj, const llvm::Twine &Name);
+  /// A pointer-sized load at a negative offset (the object pre-header).
+  llvm::Value *loadPreHeader(llvm::Value *Obj, int64_t Offset,
+                             const llvm::Twine &Name);
+  llvm::Value *emitGenericDict(llvm::Value *Obj, const std::string &Name);
+  void emitValue(ValueId Id, LoweringStats &Stats);
+  void emitInlineSequenceItem(ValueId Id, bool IsTuple);
+  std::pair<llvm::BasicBlock *, llvm::BasicBlock *>
+  emitMemoTest(llvm::Constant *Slot, llvm::Value *Dict,
+               const std::string &Name);
+  llvm::Value *emitMemoRead(ValueId Id, llvm::Value *Dict,
+                            llvm::StringRef Fill, llvm::Type *ArgTy,
+                            llvm::Value *Arg, const std::string &Name);
+  void emitRelease(llvm::Value *Obj);
+
+  // --- Guards. emitGuard (Lowering.cpp) starts the guard's block and
+  // dispatches; each emitter returns the guard's i1 "passes" condition, or
+  // null when it already branched to the failure target itself.
+  void emitGuard(size_t Index, LoweringStats &Stats);
+  /// LowerLeafGuards.cpp: one operand or none.
+  llvm::Value *emitLeafGuard(size_t Index, LoweringStats &Stats);
+  /// LowerTensors.cpp.
+  static bool isTensorGuard(GuardKind K);
+  llvm::Value *emitTensorGuard(size_t Index, LoweringStats &Stats);
+  /// LowerRelational.cpp: guards over several values.
+  static bool isRelationalGuard(GuardKind K);
+  llvm::Value *emitRelationalGuard(size_t Index, LoweringStats &Stats);
+
+  // --- LowerShapeExpr.cpp.
+  void emitShapeGuard(size_t Index);
+  llvm::Value *emitShapeNode(const ShapeExpr &E, size_t I,
+                             const std::vector<ShapeType> &Types,
+                             const std::vector<llvm::Value *> &Reads,
+                             llvm::BasicBlock *Unknown, const std::string &P);
+  llvm::Value *emitShapeBinary(ShapeOp Op, llvm::Value *A, ShapeType TA,
+                               llvm::Value *B, ShapeType TB,
+                               llvm::BasicBlock *Unknown,
+                               const std::string &P);
+
+  const BoundGuardSet *BS;
+  const GuardSet &S;
+  llvm::Module &M;
+  llvm::LLVMContext &Ctx;
+  llvm::IRBuilder<> B;
+  llvm::PointerType *PtrTy;
+  llvm::IntegerType *I32, *I64;
+  llvm::MDNode *Likely;
+
+  llvm::Function *F = nullptr;
+  llvm::Value *FrameLocals = nullptr;
+  llvm::Value *LocalStatePtr = nullptr;
+  std::vector<llvm::Value *> Vals;
+  /// Where a failure goes now: the cleanup block of the newest new reference.
+  llvm::BasicBlock *FailTarget = nullptr;
+  /// New references in acquisition order.
+  std::vector<std::pair<ValueId, llvm::Value *>> NewRefs;
+  std::vector<llvm::BasicBlock *> ReleaseBlocks;
+  llvm::BasicBlock *CommonFail = nullptr;
+  llvm::Value *PendingOk = nullptr;
+};
+
+} // namespace guardjit
+
+#endif // GUARDJIT_LIB_JIT_LOWERER_H
