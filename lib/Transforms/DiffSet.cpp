@@ -270,6 +270,8 @@ public:
     // Two guards that pin the value's exact type to different types.
     if (provenDifferent(pinnedType(UA, A), pinnedType(UB, B)))
       return true;
+    if (equalsRejectsSingleton(UA, A, B) || equalsRejectsSingleton(UB, B, A))
+      return true;
     if (A.Kind != B.Kind)
       return false;
     switch (A.Kind) {
@@ -346,6 +348,40 @@ private:
     default:
       return std::nullopt;
     }
+  }
+
+  /// EQUALS_MATCH(c) against NONE/TRUE/FALSE_MATCH(s) when c is not s.
+  /// NoneType's one instance is None and bool's only two are True and False
+  /// (neither type can be subclassed or instantiated anew), so a value that
+  /// is s either is not c and has type(s) only if c is s's sibling, which ==
+  /// tells apart (True != False), or type(c) is not type(s): EQUALS_MATCH(c)
+  /// rejects it (guard-semantics.md §4). "c is not s": by address when
+  /// bound; in text by repr, which is sound here because repr(None),
+  /// repr(True) and repr(False) are fixed: a repr other than "None" is never
+  /// None's.
+  bool equalsRejectsSingleton(const UnitModel &U, const Guard &E,
+                              const Guard &S) const {
+    if (E.Kind != GuardKind::EqualsMatch)
+      return false;
+    uintptr_t Addr;
+    const char *Repr;
+    switch (S.Kind) {
+    case GuardKind::NoneMatch:
+      Addr = F.None, Repr = "None";
+      break;
+    case GuardKind::TrueMatch:
+      Addr = F.True, Repr = "True";
+      break;
+    case GuardKind::FalseMatch:
+      Addr = F.False, Repr = "False";
+      break;
+    default:
+      return false;
+    }
+    const ObjectEntry &C = U.S->object(E.Object);
+    if (C.Address)
+      return Addr && C.Address != Addr;
+    return C.Repr != Repr;
   }
 
   /// The exact type a passing value must have, as an identity string.

@@ -112,6 +112,18 @@ bool contradicts(Pair &P, const PassContext &Ctx = liveContext()) {
   return S.ByContradiction == 1;
 }
 
+/// Parses one text unit per string (no live objects).
+std::vector<GuardSet> parseUnits(const std::vector<std::string> &Texts) {
+  std::vector<GuardSet> Out;
+  for (const std::string &T : Texts) {
+    llvm::Expected<std::vector<GuardSet>> S = parseGirString(T);
+    EXPECT_TRUE(bool(S)) << llvm::toString(S.takeError());
+    if (S)
+      Out.push_back(std::move(S->front()));
+  }
+  return Out;
+}
+
 TEST_F(DiffSetTest, TypeAndIdentityContradictions) {
   {
     Pair P; // TYPE_MATCH int / str
@@ -174,6 +186,56 @@ TEST_F(DiffSetTest, TypeAndIdentityContradictions) {
     P.B.guard(GuardKind::EqualsMatch, {P.XB}, P.B.object("1", ObjectKind::Constant));
     EXPECT_TRUE(contradicts(P));
   }
+}
+
+TEST_F(DiffSetTest, EqualsAgainstSingletons) {
+  struct Case {
+    const char *Constant;
+    GuardKind Singleton;
+    bool Contradicts;
+  };
+  const Case Cases[] = {
+      {"1", GuardKind::NoneMatch, true},     {"1", GuardKind::TrueMatch, true},
+      {"0", GuardKind::FalseMatch, true},    {"True", GuardKind::TrueMatch, false},
+      {"True", GuardKind::FalseMatch, true}, {"None", GuardKind::NoneMatch, false},
+  };
+  for (const Case &C : Cases) {
+    Pair P;
+    P.A.guard(GuardKind::EqualsMatch, {P.XA},
+              P.A.object(C.Constant, ObjectKind::Constant));
+    P.B.guard(C.Singleton, {P.XB});
+    EXPECT_EQ(contradicts(P), C.Contradicts) << C.Constant;
+    // Parsed text (no addresses): by repr, fixed for the three singletons.
+    std::string TA = std::string("guard_set \"a\" {\n  object #0 = key strong "
+                                 "\"'x'\"\n  object #1 = constant strong \"") +
+                     C.Constant +
+                     "\"\n  %1 = frame_local %0 name=\"x\" key=#0 "
+                     "source=\"L['x']\"\n  guard equals_match %1 object=#1\n}\n";
+    std::string TB = std::string("guard_set \"b\" {\n  object #0 = key strong "
+                                 "\"'x'\"\n  %1 = frame_local %0 name=\"x\" "
+                                 "key=#0 source=\"L['x']\"\n  guard ") +
+                     std::string(spelling(C.Singleton)) + " %1\n}\n";
+    std::vector<GuardSet> U = parseUnits({TA, TB});
+    std::vector<DiffSetUnit> R =
+        runDiff({&U[0], &U[1]}, DiffSetPolicy::Minimal, PassContext());
+    EXPECT_EQ(R[0].Stats.ByContradiction == 1, C.Contradicts) << C.Constant;
+  }
+  // In text an object whose repr is "None" may not be None.
+  const char *A = R"(guard_set "a" {
+  object #0 = key strong "'x'"
+  object #1 = constant strong "None"
+  %1 = frame_local %0 name="x" key=#0 source="L['x']"
+  guard equals_match %1 object=#1
+})";
+  const char *B = R"(guard_set "b" {
+  object #0 = key strong "'x'"
+  %1 = frame_local %0 name="x" key=#0 source="L['x']"
+  guard not_none %1
+})";
+  std::vector<GuardSet> U = parseUnits({A, B});
+  std::vector<DiffSetUnit> R =
+      runDiff({&U[0], &U[1]}, DiffSetPolicy::Minimal, PassContext());
+  EXPECT_EQ(R[0].Stats.ByContradiction, 0u);
 }
 
 TEST_F(DiffSetTest, NoContradictionWithoutProof) {
@@ -245,18 +307,6 @@ TEST_F(DiffSetTest, PayloadContradictions) {
     P.B.guard(K, {P.XB}, KB, 0);
     EXPECT_TRUE(contradicts(P)) << int(K);
   }
-}
-
-/// Parses one text unit per string (no live objects).
-std::vector<GuardSet> parseUnits(const std::vector<std::string> &Texts) {
-  std::vector<GuardSet> Out;
-  for (const std::string &T : Texts) {
-    llvm::Expected<std::vector<GuardSet>> S = parseGirString(T);
-    EXPECT_TRUE(bool(S)) << llvm::toString(S.takeError());
-    if (S)
-      Out.push_back(std::move(S->front()));
-  }
-  return Out;
 }
 
 std::string tensorUnit(const std::string &Spec, const std::string &Type =
