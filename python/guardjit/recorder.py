@@ -49,6 +49,10 @@ class Recording:
     keep: list[Any] = dataclasses.field(default_factory=list)
     # (kind, id(obj)) -> object table id
     objects: dict[tuple[str, int], int] = dataclasses.field(default_factory=dict)
+    # The objects the IR borrows (strong=False: types and ID_MATCH objects,
+    # as Dynamo borrows them); the stance re-reads the IR later and first
+    # checks that they are still alive (stance.py).
+    borrowed: list[Any] = dataclasses.field(default_factory=list)
     # (value id, guard kind) pairs Dynamo de-duplicates (SKIP_IF_GUARD_ALREADY_PRESENT),
     # with the origins that asked for that guard
     present: dict[tuple[int, str], set[int]] = dataclasses.field(default_factory=dict)
@@ -101,6 +105,8 @@ class Recording:
             oid = self.ir.add_object(kind, obj, strong, text)
             self.objects[key] = oid
             self.keep.append(obj)
+            if not strong:
+                self.borrowed.append(obj)
         return oid
 
     def fail(self, reason: str) -> None:
