@@ -31,6 +31,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from typing import Any
 
 import torch
@@ -107,6 +108,9 @@ _reasons: collections.Counter = collections.Counter()
 _pass_totals: collections.defaultdict = collections.defaultdict(collections.Counter)
 _previous_hook: Any = None
 _installed = False
+# The wrappers of the converted units still alive (they die with their cache
+# entries, e.g. at torch._dynamo.reset()).
+_live_units: weakref.WeakSet = weakref.WeakSet()
 
 
 class GuardJitManagerWrapper(dynamo_guards.GuardManagerWrapper):
@@ -256,12 +260,14 @@ def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
         new_root.add_lambda_guard(
             check, [f"guardjit: native check of {ir.num_guards} guards ({compile_id})"], None)
         new_root.attach_compile_id(compile_id)
+        recorder.forget(new_root)  # guardjit's own root: not a recording
     wrapper.dynamo_root = root
     wrapper.guardjit_ir = ir
     wrapper.guardjit_borrowed = borrowed
     wrapper.guardjit_name = compile_id
     wrapper.__class__ = GuardJitManagerWrapper
     wrapper.root = new_root
+    _live_units.add(wrapper)
     # The full check until stance.update installs the reduced one (torch's
     # finalize cloned Dynamo's tree, whose fail counts guardjit never feeds).
     wrapper.diff_guard_root = new_root
@@ -328,7 +334,7 @@ def _hook(wrapper: Any, f_locals: Any, builder: Any) -> None:
     if _previous_hook is not None:
         _previous_hook(wrapper, f_locals, builder)
     code = getattr(builder, "f_code", None)
-    if not _is_active() or isinstance(wrapper, GuardJitManagerWrapper):
+    if not _installed or not _is_active() or isinstance(wrapper, GuardJitManagerWrapper):
         recorder.reset()
     else:
         try:
@@ -373,20 +379,29 @@ def install_hooks() -> None:
     if _installed:
         return
     recorder.install()
-    _previous_hook = dynamo_guards.guard_manager_testing_hook_fn
-    dynamo_guards.guard_manager_testing_hook_fn = _hook
+    if dynamo_guards.guard_manager_testing_hook_fn is not _hook:
+        _previous_hook = dynamo_guards.guard_manager_testing_hook_fn
+        dynamo_guards.guard_manager_testing_hook_fn = _hook
     _installed = True
 
 
 def uninstall_hooks() -> None:
+    """Stops recording and converting. The hook stays (it only updates the
+    differentiating roots of codes that still have guardjit units, which must
+    keep their guards against the units compiled from now on): it is removed
+    only if no GuardJitManagerWrapper is alive."""
     global _installed, _previous_hook
     if not _installed:
         return
-    if dynamo_guards.guard_manager_testing_hook_fn is _hook:
-        dynamo_guards.guard_manager_testing_hook_fn = _previous_hook
-    _previous_hook = None
     recorder.uninstall()
     _installed = False
+    if dynamo_guards.guard_manager_testing_hook_fn is _hook and not _guardjit_units_alive():
+        dynamo_guards.guard_manager_testing_hook_fn = _previous_hook
+        _previous_hook = None
+
+
+def _guardjit_units_alive() -> bool:
+    return len(_live_units) > 0
 
 
 def units() -> list[Unit]:

@@ -158,6 +158,15 @@ def take(root: Any) -> Recording | None:
     return rec
 
 
+def forget(root: Any) -> None:
+    """Drops the recording of ``root``, a RootGuardManager guardjit built
+    itself (its guards go through the wrapped methods too)."""
+    rec = _state.recordings.pop(id(root), None)
+    if rec is not None:
+        for key in [k for k, r in _state.owner.items() if r is rec]:
+            del _state.owner[key]
+
+
 def _recording_for(mgr: Any) -> Recording | None:
     rec = _state.owner.get(id(mgr))
     if rec is not None:

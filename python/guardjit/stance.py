@@ -57,7 +57,7 @@ import torch._dynamo.guards as dynamo_guards
 from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
 from torch._C._dynamo.guards import RootGuardManager
 
-from guardjit import _core
+from guardjit import _core, recorder
 
 log = logging.getLogger("guardjit")
 
@@ -207,6 +207,7 @@ def _build(ir: Any, name: str, mode: str, opt_level: str) -> tuple[Any, Any]:
     root = RootGuardManager()
     root.add_lambda_guard(
         check, [f"guardjit: differentiating check of {ir.num_guards} guards ({name})"], None)
+    recorder.forget(root)  # guardjit's own root: not a recording
     return root, check
 
 
@@ -215,7 +216,8 @@ def update(code: Any, new_wrapper: Any, *, policy: str, mode: str, opt_level: st
     """Recomputes and installs the diff root of every live entry of ``code``
     (and of ``new_wrapper``, the unit being compiled, whose CacheEntry does
     not exist yet). Does nothing for a code without guardjit units. Returns
-    whether it ran. ``rebuild`` builds every reduced root anew (tests)."""
+    whether it ran. ``rebuild`` JIT-compiles a new root for every set, even
+    an unchanged or whole one (tests: replacement under concurrent lookups)."""
     wrappers = _live_wrappers(code, new_wrapper)
     if not any(_is_guardjit(w) for w in wrappers):
         return False
@@ -236,11 +238,11 @@ def update(code: Any, new_wrapper: Any, *, policy: str, mode: str, opt_level: st
         counters["diffset_units"] += 1
         counters["diffset_guards_in"] += n_in
         counters["diffset_guards_out"] += n_out
-        if n_out == n_in:  # R_i is a subset of G_i: this is G_i
+        if n_out == n_in and not rebuild:  # R_i is a subset of G_i: this is G_i
             plan.append((w, ("full", w.root, None, n_in, n_out)))
             continue
         if n_out == 0:
-            root = st.reduced_root if st.text == "" else RootGuardManager()
+            root = st.reduced_root if st.text == "" and not rebuild else RootGuardManager()
             st.text, st.reduced_root, st.reduced_check = "", root, None
             plan.append((w, ("empty", root, None, n_in, n_out)))
             continue
