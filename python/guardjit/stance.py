@@ -66,25 +66,13 @@ POLICIES = ("torch-compatible", "minimal", "guarded-minimal")
 _Py_TPFLAGS_HEAPTYPE = 1 << 9
 
 
-def _full_sets(sets: list, policy: str = "torch-compatible") -> dict:
-    """Stand-in for ``_core.diffsets`` with its signature: every unit keeps its
-    full set (always correct, never smaller)."""
-    if policy not in POLICIES:
-        raise ValueError(f"guardjit: unknown diffset policy '{policy}' "
-                         f"(expected: {', '.join(POLICIES)})")
-    out_sets, out_units = [], []
-    for s in sets:
-        n = 0 if s is None else s.num_guards
-        out_sets.append(None if s is None else s.copy())
-        out_units.append({"guards_in": n, "guards_out": n, "seed": 0, "by_contradiction": 0,
-                          "by_difference": 0, "by_opaque": 0, "exact": False})
-    return {"sets": out_sets, "units": out_units}
-
-
 def diffsets(sets: list, policy: str = "torch-compatible") -> dict:
     """The differentiating sets of one code object's units (cache order, front
-    first; None = opaque): ``{"sets": [GuardSet | None], "units": [stats]}``."""
-    return _full_sets(sets, policy)
+    first; None = opaque): ``{"sets": [GuardSet | None], "units": [stats]}``
+    (``_core.diffsets``, the ``diffset<POLICY>`` pass: docs/diffsets.md). Each
+    reduced set is a subset of its unit's set; an unknown policy raises
+    ValueError."""
+    return _core.diffsets(sets, policy)
 
 
 @dataclasses.dataclass
@@ -99,9 +87,10 @@ class DiffRoots:
     guards_out: int = 0
     # The callable of the reduced root (counters: _core.guard_counters).
     check: Any = None
-    # The last reduced set built for this unit: its .gir text and root, reused
-    # while the pass returns the same set.
-    text: str | None = None
+    # The last reduced set built for this unit: its identity (.gir text and
+    # object addresses; "" for an empty set) and root, reused while the pass
+    # returns the same set.
+    text: Any = None
     reduced_root: Any = None
     reduced_check: Any = None
     # Every diff root replaced while the entry lived (a lookup in another
@@ -246,7 +235,8 @@ def update(code: Any, new_wrapper: Any, *, policy: str, mode: str, opt_level: st
             st.text, st.reduced_root, st.reduced_check = "", root, None
             plan.append((w, ("empty", root, None, n_in, n_out)))
             continue
-        text = reduced.print()
+        # print() holds every field but the objects' addresses (round trip).
+        text = (reduced.print(), tuple(reduced.object_addresses()))
         if text == st.text and not rebuild:
             counters["diffset_roots_reused"] += 1
             plan.append((w, ("reduced", st.reduced_root, st.reduced_check, n_in, n_out)))

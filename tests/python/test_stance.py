@@ -55,6 +55,7 @@ def policy(request):
 def _check_entries(run: S.Run) -> None:
     """Every live entry's diff root is guardjit's: a guardjit unit's full root,
     its reduced root or an empty one; any other entry's full root."""
+    reduced_calls = []
     for code in run.codes:
         entries = _debug_get_cache_entry_list(code)
         assert entries
@@ -70,11 +71,14 @@ def _check_entries(run: S.Run) -> None:
                 if st.kind == "reduced":
                     calls, _, native = _core.guard_counters(st.check)
                     assert native == (plugin.config.mode == "native")
-                    assert calls > 0  # the lookup ran guardjit's differentiating check
+                    reduced_calls.append(calls)
                 if st.kind == "empty":
                     assert not w.diff_guard_root.get_leaf_guards()
             else:
                 assert st.kind == "opaque" and w.diff_guard_root is w.root
+    # The stance's lookups ran guardjit's differentiating checks (an entry
+    # behind one that serves all its inputs may never be tried).
+    assert not reduced_calls or sum(reduced_calls) > 0
 
 
 @pytest.mark.parametrize("name", sorted(S.SCENARIOS))
