@@ -118,6 +118,7 @@ def stats() -> dict[str, Any]:
     ``diffset_units``, ``diffset_guards_in`` / ``diffset_guards_out`` (per
     update and guardjit unit: its guards and its differentiating set's),
     ``diffset_opaque`` (entries checked by their full root, per update),
+    ``diffset_inexact`` (units whose set is the pass's greedy answer),
     ``diffset_roots_built`` / ``diffset_roots_reused``, ``diffset_errors``
     and ``diffset_us``. Empty when guardjit cannot run here.
     """
