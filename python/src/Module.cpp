@@ -289,7 +289,20 @@ PYBIND11_MODULE(_core, M) {
           "copy",
           [](const GuardSet &S) { return std::make_shared<GuardSet>(S); },
           "An independent copy (same object addresses), e.g. to keep the set "
-          "as recorded before run_pipeline changes it.");
+          "as recorded before run_pipeline changes it.")
+      .def(
+          "object_addresses",
+          [](const GuardSet &S) {
+            std::vector<uintptr_t> A;
+            A.reserve(S.objects().size());
+            for (const ObjectEntry &E : S.objects())
+              A.push_back(E.Address);
+            return A;
+          },
+          "The address (a PyObject*, never dereferenced here; 0 for parsed IR) "
+          "of each object table entry, in table order. With print(), which "
+          "holds every other field, it identifies a set exactly (the plugin "
+          "reuses a differentiating root while its set is unchanged).");
 
   py::class_<BoundGuardSet, std::shared_ptr<BoundGuardSet>>(
       M, "BoundGuardSet", "A guard set bound to live objects.")
