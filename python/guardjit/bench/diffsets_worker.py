@@ -61,14 +61,25 @@ def configuration() -> dict[str, Any]:
     return out
 
 
-def diff_guards(guard_manager: Any) -> tuple[int, str]:
-    """(leaf guards of the entry's differentiating root, how they were counted).
+def diff_guards(guard_manager: Any) -> tuple[int, str, int | None]:
+    """(guards of the entry's differentiating root, how they were counted,
+    guards of the unit's full set in the same unit, or None).
 
-    torch: ``diff_guard_root`` walked like ``recorder.count_tree_guards``
-    (leaf + epilogue guards; None counts 0). guardjit: the same root, which
-    on a build without guardjit's own differentiating sets is Dynamo's clone.
+    torch, and guardjit builds without their own differentiating sets:
+    ``diff_guard_root`` walked like ``recorder.count_tree_guards`` (leaf +
+    epilogue guards; None counts 0). guardjit with stance.py: its per-entry
+    state ``_guardjit_diff`` (``DiffRoots``): a guardjit unit counts the
+    guards of its reduced Guard IR set (``guards_out``; the IR counts a
+    DictGuardManager's type and size checks as guards, and the default
+    pipeline has de-duplicated the set); an opaque entry (left on Dynamo's
+    path) runs its full root, counted as torch's.
     """
-    return routing.diff_root_guards(guard_manager), "diff_guard_root"
+    st = guard_manager.__dict__.get("_guardjit_diff")
+    if st is not None and st.kind != "opaque":
+        return st.guards_out, f"guardjit {st.kind} set (IR guards)", st.guards_in
+    n = routing.diff_root_guards(guard_manager)
+    return n, ("opaque: full root (leaf guards)" if st is not None
+               else "diff_guard_root (leaf guards)"), None
 
 
 def _units(codes: list[Any]) -> list[dict[str, Any]]:
@@ -76,10 +87,11 @@ def _units(codes: list[Any]) -> list[dict[str, Any]]:
     for code in codes:
         for e in routing.entries(code):
             gm = e.guard_manager
-            n, how = diff_guards(gm)
+            n, how, full_ir = diff_guards(gm)
             dr = getattr(gm, "diff_guard_root", None)
             out.append({"id": routing.entry_id(e), "code": code.co_name, "diff_guards": n,
-                        "counted_from": how, "has_diff_root": dr is not None,
+                        "counted_from": how, "full_ir_guards": full_ir,
+                        "has_diff_root": dr is not None,
                         "full_guards": routing.count_guards(routing.full_root(gm)),
                         "guardjit_root": type(gm).__name__ == "GuardJitManagerWrapper"})
     return out
