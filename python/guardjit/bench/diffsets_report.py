@@ -78,34 +78,38 @@ def done_when(data: dict[str, Any]) -> dict[str, Any]:
             "torch_misroutes": torch_misroutes}
 
 
-def findings(data: dict[str, Any], per_config: int = 2) -> list[str]:
-    """One line per misrouted (scenario, configuration), with examples."""
-    out = []
+def findings(data: dict[str, Any], examples: int = 2) -> list[str]:
+    """One line per misrouted scenario and outcome, with examples; the
+    configurations with the same outcome share a line."""
+    lines: dict[str, list[str]] = {}
     for r in data["scenarios"]:
         for c in _configs(data):
             d = r["details"].get(c) or {}
             if d.get("error"):
-                out.append(f"{r['name']} [{POLICY[c]}]: {d['error']}")
+                lines.setdefault(f"{r['name']} [{{}}]: {d['error']}", []).append(POLICY[c])
                 continue
             orc = d.get("oracle") or {}
             if orc and not orc.get("ok"):
-                out.append(f"{r['name']} [{POLICY[c]}]: the replay WITHOUT the stance does not "
-                           f"match the full lookup ({orc.get('misrouted_calls')} calls): the "
-                           "scenario, not the stance, is broken")
+                lines.setdefault(
+                    f"{r['name']} [{{}}]: the replay WITHOUT the stance does not match the full "
+                    f"lookup ({orc.get('misrouted_calls')} calls): the scenario, not the stance, "
+                    "is broken", []).append(POLICY[c])
             rt = d.get("routing") or {}
             if r.get(f"{c}_routed_ok") or not rt:
                 continue
             ex = []
-            for m in rt.get("misroutes", [])[:per_config]:
+            for m in rt.get("misroutes", [])[:examples]:
                 what = (m["error"] if m["error"] else
-                        f"served {','.join(m['served']) or 'nothing'} instead of {m['expected']}"
-                        + ("" if m["result_ok"] else ", wrong result"))
-                ex.append(f"input {m['input']} with cache order {m['cache_order']}: {what}")
-            out.append(f"{r['name']} [{POLICY[c]}]: {rt.get('misrouted_calls')} of "
-                       f"{rt.get('calls')} calls misrouted ({rt.get('wrong_entry')} wrong entry, "
-                       f"{rt.get('wrong_result')} wrong result, {rt.get('errors')} errors); "
-                       + "; ".join(ex))
-    return out
+                        f"served by {','.join(m['served']) or 'no graph'} instead of "
+                        f"{m['expected']}" + ("" if m["result_ok"] else ", wrong result"))
+                ex.append(f"input `{m['input']}` with cache order {' '.join(m['cache_order'])}: "
+                          f"{what}")
+            lines.setdefault(
+                f"{r['name']} [{{}}]: {rt.get('misrouted_calls')} of {rt.get('calls')} calls "
+                f"misrouted ({rt.get('wrong_entry')} wrong entry, {rt.get('wrong_result')} wrong "
+                f"result, {rt.get('errors')} errors), e.g. " + "; ".join(dict.fromkeys(ex)),
+                []).append(POLICY[c])
+    return [k.format(", ".join(v)) for k, v in lines.items()]
 
 
 def policy_notes(data: dict[str, Any]) -> list[str]:
@@ -160,13 +164,19 @@ def markdown_report(data: dict[str, Any], json_name: str = "diffsets.json") -> s
         "identically in four fresh processes: plain torch, and guardjit with "
         "`GUARDJIT_DIFFSET_POLICY=` `torch-compatible`, `minimal`, `guarded-minimal`.",
         "",
-        "* **guards**: leaf guards of every compile unit's differentiating root, summed over "
-        "the units (torch: each entry's `diff_guard_root`, the one union of sources per code "
-        "object counted once per unit, epilogue guards included; no root counts 0).",
+        "* **guards**: guards of every compile unit's differentiating root, summed over the "
+        "units. torch: the leaf guards of each entry's `diff_guard_root` (one union of sources "
+        "per code object, counted once per unit; epilogue guards included; no root counts 0). "
+        "guardjit with its own differentiating sets: the guards of each unit's reduced Guard "
+        "IR set (the IR counts a dict manager's type and size checks as guards, and the "
+        "plugin's default pipeline has de-duplicated the set first); an entry left on "
+        "Dynamo's path counts its full root, as torch's. A guardjit build without its own "
+        "sets counts Dynamo's clone like torch's.",
         "* **µs**: the \"TorchDynamo Cache Lookup\" profiler event per call under the stance: "
         "per warmed input, the median of rounds of repeated calls (its entry at the front), "
-        "then the mean over the inputs. The four columns come from four processes run back "
-        "to back, not from one interleaved process: read them as rough.",
+        "then the mean over the inputs (0.00: torch's fast path for a lone guardless entry "
+        "skips the lookup; `-`: every call raised). The four columns come from four "
+        "processes run back to back, not from one interleaved process: read them as rough.",
         "* **routed**: `ok` when, under the stance, every warmed input in every replayed order "
         "(all permutations up to 4 inputs, else 12 seeded ones; each hit moves its entry to "
         "the front) was served by the entry a full-guard lookup picks in the same cache "
@@ -204,3 +214,31 @@ def markdown_report(data: dict[str, Any], json_name: str = "diffsets.json") -> s
     lines += [f"* `{r['name']}`: {r['description']}" for r in data["scenarios"]]
     lines.append("")
     return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Re-renders a --suite diffsets JSON: ``python -m guardjit.bench.diffsets_report
+    FILE.json [--report FILE.md]`` (the text table without --report)."""
+    import argparse
+    import json
+    import os
+
+    p = argparse.ArgumentParser(prog="python -m guardjit.bench.diffsets_report")
+    p.add_argument("json")
+    p.add_argument("--report", metavar="FILE.md")
+    args = p.parse_args(argv)
+    with open(args.json) as f:
+        data = json.load(f)
+    if not args.report:
+        print(format_text(data))
+        return 0
+    rel = os.path.relpath(args.json, os.path.dirname(os.path.abspath(args.report)))
+    with open(args.report, "w") as f:
+        f.write(markdown_report(data, json_name=rel))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())
