@@ -18,8 +18,9 @@ backends):
    and runs every entry's **full** root on the frame locals of that call; the
    first that passes is the entry a full lookup picks. The full root is
    Dynamo's own tree (``guard_manager.dynamo_root`` when guardjit replaced
-   ``guard_manager.root``, else ``guard_manager.root``); where guardjit's
-   installed root answers differently, the call records it.
+   ``guard_manager.root``, else ``guard_manager.root``), checked as a clone
+   (:class:`OracleRoots`: the tree's fail counts stay untouched); where
+   guardjit's installed root answers differently, the call records it.
 2. *served*: the scenario compiles with a :class:`TaggingBackend`, whose
    graphs record the compile id they were compiled under when they run; the
    call must run exactly one graph.
@@ -45,9 +46,9 @@ before each capture and each compiled call: it sets the state an input
 stands for (a global, ``module.train()``).
 
 Threads: one thread; the profile hook is process-wide while it captures.
-Side effects: the full-root checks raise Dynamo's guard fail counts, which
-only matter to a later recompile (``collect_diff_guard_sources``); run the
-checker after the warm-up. Guard-count helpers: :func:`diff_root_guards`.
+Side effects: the calls themselves (cache order, and outside the stance,
+Dynamo's fail counts on a miss); the oracle checks clones. Guard-count
+helpers: :func:`count_guards`, :func:`diff_root_guards`.
 """
 
 from __future__ import annotations
@@ -164,13 +165,43 @@ def full_root(guard_manager: Any) -> Any:
     return guard_manager.root if root is None else root
 
 
-def full_pick(ents: Sequence[Any], f_locals: dict) -> tuple[str | None, list[str]]:
+class OracleRoots:
+    """Per entry, a clone of Dynamo's full tree for the oracle to check.
+
+    Checking the tree itself would raise its fail counts, which torch reads
+    at the next compile of the code (``collect_diff_guard_sources``) to pick
+    the sources of every differentiating root: the checker would change what
+    it measures. ``clone_manager`` with an always-true filter copies every
+    node and leaf guard (the epilogue lambdas too); where it returns None the
+    tree itself is checked.
+    """
+
+    def __init__(self) -> None:
+        self._roots: dict[int, tuple[Any, Any]] = {}  # id(guard_manager) -> (gm, root)
+
+    def __call__(self, guard_manager: Any) -> Any:
+        got = self._roots.get(id(guard_manager))
+        if got is None or got[0] is not guard_manager:
+            tree = full_root(guard_manager)
+            clone = tree.clone_manager(lambda _node: True)
+            got = (guard_manager, tree if clone is None else clone)
+            self._roots[id(guard_manager)] = got
+        return got[1]
+
+
+def full_pick(ents: Sequence[Any], f_locals: dict,
+              oracle: Callable[[Any], Any] | None = None) -> tuple[str | None, list[str]]:
     """(compile id of the first entry whose full root passes, or None;
-    ids of entries whose installed root answers unlike Dynamo's tree)."""
+    ids of entries whose installed root answers unlike Dynamo's tree).
+
+    ``oracle(guard_manager)`` gives the root standing for Dynamo's tree
+    (default: the tree itself; :class:`OracleRoots` clones it).
+    """
+    oracle = oracle or full_root
     pick, disagree = None, []
     for e in ents:
         gm = e.guard_manager
-        ok = bool(full_root(gm).check(f_locals))
+        ok = bool(oracle(gm).check(f_locals))
         if gm.root is not full_root(gm) and bool(gm.root.check(f_locals)) != ok:
             disagree.append(entry_id(e))
         if ok and pick is None:
@@ -269,6 +300,7 @@ def check_routing(code: Any, inputs: Sequence[Input], tag: TaggingBackend,
     ents = entries(code)
     backends_equal = all(e.backend == ents[0].backend for e in ents)
     compiled_before = len(tag.compiled)
+    oracle = OracleRoots()
     calls: list[Call] = []
     ctx = (torch.compiler.set_stance("default", skip_guard_eval_unsafe=True) if stance
            else torch.compiler.set_stance("default"))
@@ -279,7 +311,7 @@ def check_routing(code: Any, inputs: Sequence[Input], tag: TaggingBackend,
                 if inp.setup is not None:
                     inp.setup()
                 ents = entries(code)
-                expected, disagree = full_pick(ents, inp.f_locals)
+                expected, disagree = full_pick(ents, inp.f_locals, oracle)
                 tag.served.clear()
                 error, result_ok = None, False
                 try:
@@ -310,5 +342,5 @@ def diff_root_guards(guard_manager: Any) -> int:
 
 
 __all__ = ["TaggingBackend", "Input", "Call", "Report", "capture_locals", "entries", "entry_id",
-           "full_root", "full_pick", "same_result", "orders", "check_routing", "count_guards",
+           "full_root", "OracleRoots", "full_pick", "same_result", "orders", "check_routing", "count_guards",
            "diff_root_guards", "STANCE_ERROR"]

@@ -56,10 +56,21 @@ def test_tagging_backend_and_frame_locals():
     assert routing.full_pick(ents, ins[1].f_locals) == ("0/1", [])
 
 
+def _fail_counts() -> dict[str, int]:
+    def walk(m):
+        return m.fail_count() + sum(walk(c) for c in m.get_child_managers())
+    return {routing.entry_id(e): walk(e.guard_manager.root)
+            for e in routing.entries(pickup.__code__)}
+
+
 def test_torch_routes_the_cache_line_pickup():
     tag, ins = _warm()
+    before = _fail_counts()
     rep = routing.check_routing(pickup.__code__, ins, tag, routing.orders(3))
     assert rep.ok, rep.as_dict()
+    # The oracle checks clones: torch's trees keep the fail counts its next
+    # compile would read (under the stance, no call runs them either).
+    assert _fail_counts() == before
     assert len(rep.calls) == 18 and rep.recompiles == 0
     # Every hit moved its entry to the front: the replay reached several cache orders.
     assert len({tuple(c.cache_order) for c in rep.calls}) > 1
