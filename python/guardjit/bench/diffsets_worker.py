@@ -177,7 +177,7 @@ def run(name: str, quick: bool) -> dict[str, Any]:
         rep = routing.check_routing(code, sc.inputs, tag, orders)
         out["routing"] = rep.as_dict()
         out["routed_ok"] = rep.ok
-        rounds, calls = (2, 10) if quick else (5, 40)
+        rounds, calls = (2, 10) if quick else (7, 40)
         out.update(measure_lookup(sc.inputs, rounds, calls))
         oracle = routing.check_routing(code, sc.inputs, tag, orders, stance=False)
         out["oracle"] = oracle.as_dict(max_misroutes=3)
