@@ -9,7 +9,8 @@ scenario and configuration: plain torch (``GUARDJIT`` unset) or guardjit
 
 1. builds the scenario (:mod:`guardjit.bench.scenarios`) with a
    :class:`~guardjit.routing.TaggingBackend` and warms it up: every input
-   once, in order;
+   once, in order (with ``stance_after``, the inputs before it once under
+   the stance first);
 2. counts, per compile unit (cache entry), the leaf guards of its
    differentiating root (:func:`diff_guards`) and of its full root;
 3. checks routing under ``skip_guard_eval_unsafe`` in every order of
@@ -139,6 +140,20 @@ def measure_lookup(inputs: list[routing.Input], rounds: int, calls: int) -> dict
             "lookup_failed": failed, "rounds": rounds, "calls": calls}
 
 
+def _stance_calls(inputs: list[routing.Input]) -> list[str]:
+    """Calls each input once under the stance (errors, not raised)."""
+    errors = []
+    with torch.compiler.set_stance("default", skip_guard_eval_unsafe=True):
+        for inp in inputs:
+            try:
+                if inp.setup is not None:
+                    inp.setup()
+                inp.compiled()
+            except Exception as e:  # noqa: BLE001 - recorded
+                errors.append(f"{inp.name}: {_err(e)}")
+    return errors
+
+
 def run(name: str, quick: bool) -> dict[str, Any]:
     from guardjit.bench.scenarios import SCENARIOS
 
@@ -154,7 +169,9 @@ def run(name: str, quick: bool) -> dict[str, Any]:
         torch._C._dynamo.eval_frame._set_lru_cache(False)
     torch.set_grad_enabled(sc.grad)
     try:
-        for inp in sc.inputs:  # the warm-up
+        for k, inp in enumerate(sc.inputs):  # the warm-up
+            if k == sc.stance_after:
+                out["warmup_stance_errors"] = _stance_calls(sc.inputs[:k])
             if inp.setup is not None:
                 inp.setup()
             inp.compiled()

@@ -35,6 +35,9 @@ class Scenario:
     inputs: list[Input]
     grad: bool = True  # torch.set_grad_enabled while it runs
     lru: bool = True  # torch's default; False: entries keep creation order
+    # The warm-up calls the first N inputs under the stance once before it
+    # warms up input N (an entry added after the stance was entered and left).
+    stance_after: int | None = None
     dynamo_config: dict = dataclasses.field(default_factory=dict)
 
 
@@ -264,6 +267,25 @@ def aliasing(tag: TaggingBackend, quick: bool) -> Scenario:
                     "(the units differ in aliasing guards)", add_into.__code__, ins)
 
 
+# --- an entry added after the stance was entered and left ---------------------------------------
+
+def by_mode(x: torch.Tensor, mode: str) -> torch.Tensor:
+    if mode == "double":
+        return x * 2
+    if mode == "square":
+        return x * x
+    return x - 1
+
+
+def late_entry(tag: TaggingBackend, quick: bool) -> Scenario:
+    opt = torch.compile(by_mode, backend=tag)
+    x = torch.arange(4.0)
+    ins = [_inp(f"mode={m}", opt, by_mode, x, m) for m in ("double", "square", "minus")]
+    return Scenario("late-entry", "fn(x, mode: str): two modes warmed up and called under "
+                    "the stance, then a third warmed up after leaving it", by_mode.__code__,
+                    ins, stance_after=2)
+
+
 # --- dynamic shapes that differ only in a shape relation --------------------------------------------
 
 def maybe_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -377,6 +399,7 @@ SCENARIOS: dict[str, Factory] = {
     "requires-grad": requires_grad,
     "grad-mode": grad_mode,
     "aliasing": aliasing,
+    "late-entry": late_entry,
     "shape-relation": shape_relation,
     "filtered-beside-guarded": filtered_beside_guarded,
     "guardless-beside-guarded": guardless_beside_guarded,
