@@ -34,7 +34,8 @@ public:
     consume();
   }
 
-  bool parseFile(std::vector<ParsedGuardSet> &Out);
+  bool parseFile(std::vector<ParsedGuardSet> &Out,
+                 std::vector<ParsedCodeObject> *CodeObjects);
 
 private:
   void consume() {
@@ -76,6 +77,8 @@ private:
   bool parseAttrName(StringRef &Name, SMLoc &Loc, llvm::StringSet<> &Seen);
 
   bool parseSet(std::vector<ParsedGuardSet> &Out);
+  bool parseCodeObject(std::vector<ParsedGuardSet> &Out,
+                       std::vector<ParsedCodeObject> &CodeObjects);
   bool parseObject(ParsedGuardSet &P);
   bool parseTensor(ParsedGuardSet &P);
   bool parseOrigin(ParsedGuardSet &P);
@@ -263,17 +266,68 @@ static bool atEntityEnd(const Token &T) {
   return T.is(Token::Eol) || T.is(Token::Eof);
 }
 
-bool Parser::parseFile(std::vector<ParsedGuardSet> &Out) {
+bool Parser::parseFile(std::vector<ParsedGuardSet> &Out,
+                       std::vector<ParsedCodeObject> *CodeObjects) {
   while (true) {
     if (Tok.is(Token::Eol))
       consume();
     if (Tok.is(Token::Eof))
       return HadError;
+    if (Tok.isKeyword("code_object")) {
+      if (!CodeObjects)
+        return error("code_object blocks are not accepted here (a lone "
+                     "guard set was expected)");
+      if (parseCodeObject(Out, *CodeObjects))
+        return true;
+      continue;
+    }
     if (!Tok.isKeyword("guard_set"))
-      return error("expected 'guard_set'");
+      return error(CodeObjects ? "expected 'guard_set' or 'code_object'"
+                               : "expected 'guard_set'");
     if (parseSet(Out))
       return true;
   }
+}
+
+bool Parser::parseCodeObject(std::vector<ParsedGuardSet> &Out,
+                             std::vector<ParsedCodeObject> &CodeObjects) {
+  ParsedCodeObject C;
+  C.Loc = Tok.loc();
+  C.SetsBefore = Out.size();
+  consume();
+  if (parseString(C.Name, "the code object name") ||
+      expect(Token::LBrace, "expected '{' after the code object name") ||
+      expect(Token::Eol, "expected end of line after '{'"))
+    return true;
+  uint32_t Index = static_cast<uint32_t>(CodeObjects.size());
+  while (true) {
+    if (Tok.is(Token::Eol))
+      consume();
+    if (Tok.is(Token::Eof))
+      return error("expected '}' at end of code object");
+    if (Tok.is(Token::RBrace))
+      break;
+    if (Tok.isKeyword("guard_set")) {
+      if (parseSet(Out))
+        return true;
+      Out.back().CodeObject = Index;
+      C.Units.push_back(static_cast<uint32_t>(Out.size() - 1));
+      continue;
+    }
+    if (Tok.isKeyword("opaque")) {
+      consume();
+      if (!atEntityEnd(Tok))
+        return error("expected end of line after 'opaque'");
+      C.Units.push_back(InvalidId);
+      continue;
+    }
+    return error("expected 'guard_set', 'opaque' or '}' in a code object");
+  }
+  consume();
+  if (!atEntityEnd(Tok))
+    return error("expected end of line after '}'");
+  CodeObjects.push_back(std::move(C));
+  return false;
 }
 
 bool Parser::parseSet(std::vector<ParsedGuardSet> &Out) {
@@ -704,10 +758,11 @@ bool Parser::parseShapeExpr(ShapeExpr &E, std::vector<SMLoc> &Locs) {
 }
 
 std::optional<std::vector<ParsedGuardSet>>
-guardjit::parseGir(llvm::SourceMgr &SM, unsigned BufferId) {
+guardjit::parseGir(llvm::SourceMgr &SM, unsigned BufferId,
+                   std::vector<ParsedCodeObject> *CodeObjects) {
   std::vector<ParsedGuardSet> Out;
   Parser P(SM, BufferId);
-  if (P.parseFile(Out))
+  if (P.parseFile(Out, CodeObjects))
     return std::nullopt;
   return Out;
 }

@@ -175,4 +175,20 @@ std::string printGuardSets(const std::vector<GuardSet> &Sets) {
   return OS.str();
 }
 
+std::string printCodeObject(std::string_view Name,
+                            const std::vector<const GuardSet *> &Units) {
+  std::ostringstream OS;
+  OS << "code_object " << quoteString(Name) << " {\n";
+  for (size_t I = 0; I < Units.size(); ++I) {
+    if (I)
+      OS << '\n';
+    if (Units[I])
+      printGuardSet(OS, *Units[I]);
+    else
+      OS << "opaque\n";
+  }
+  OS << "}\n";
+  return OS.str();
+}
+
 } // namespace guardjit

@@ -284,7 +284,12 @@ void printPassStats(const std::vector<PassRunStats> &Runs, raw_ostream &OS) {
     OS << "  pass " << R.Pass << ": removed " << Guards << " guards";
     if (Guards)
       OS << " (" << removedByKind(R) << ")";
-    OS << ", " << R.ValuesRemoved << " values\n";
+    OS << ", " << R.ValuesRemoved << " values";
+    // A multi-set pass's own counts: how each pair of units was told apart.
+    for (size_t I = 0; I < R.Counters.size(); ++I)
+      OS << (I ? ", " : "; ") << R.Counters[I].first << ' '
+         << R.Counters[I].second;
+    OS << '\n';
   }
 }
 
@@ -326,6 +331,16 @@ private:
   std::vector<Row> Rows;
 };
 
+PipelineInstrumentation instrumentation() {
+  PipelineInstrumentation Instr;
+  if (shouldPrintAfterAll())
+    Instr.AfterPass = [](StringRef Pass, const GuardSet &S) {
+      errs() << "// *** IR Dump After " << Pass << " ***\n"
+             << printGuardSet(S);
+    };
+  return Instr;
+}
+
 class Driver {
 public:
   explicit Driver(const PassPipeline &Pipeline) : Pipeline(Pipeline) {}
@@ -338,6 +353,8 @@ public:
 private:
   bool emit(const ParsedGuardSet &P, SourceMgr &SM, raw_ostream &OS);
   bool runPipeline(ParsedGuardSet &P, SourceMgr &SM);
+  bool runCodeObject(const ParsedCodeObject &C,
+                     std::vector<ParsedGuardSet> &Sets, SourceMgr &SM);
   const PassPipeline &Pipeline;
   PassTimes Times;
   std::unique_ptr<GuardJIT> JIT;
@@ -345,14 +362,8 @@ private:
 
 bool Driver::runPipeline(ParsedGuardSet &P, SourceMgr &SM) {
   std::vector<PassRunStats> Runs;
-  PipelineInstrumentation Instr;
-  if (shouldPrintAfterAll())
-    Instr.AfterPass = [](StringRef Pass, const GuardSet &S) {
-      errs() << "// *** IR Dump After " << Pass << " ***\n"
-             << printGuardSet(S);
-    };
   // Parsed IR has no live objects: the passes use what the IR proves.
-  if (Error E = Pipeline.run(P.Set, PassContext(), &Runs, Instr)) {
+  if (Error E = Pipeline.run(P.Set, PassContext(), &Runs, instrumentation())) {
     SM.PrintMessage(P.Locs.Set, SourceMgr::DK_Error, toString(std::move(E)));
     return false;
   }
@@ -360,6 +371,83 @@ bool Driver::runPipeline(ParsedGuardSet &P, SourceMgr &SM) {
     printPassStats(Runs, errs());
   Times.add(Runs);
   return true;
+}
+
+bool Driver::runCodeObject(const ParsedCodeObject &C,
+                           std::vector<ParsedGuardSet> &Sets, SourceMgr &SM) {
+  bool Stats = AreStatisticsEnabled();
+  if (Stats)
+    errs() << "code object " << quoteString(C.Name) << ": " << C.Units.size()
+           << " units\n";
+  std::vector<std::optional<GuardSet>> Units;
+  for (size_t U = 0; U < C.Units.size(); ++U) {
+    if (C.Units[U] == InvalidId) {
+      if (Stats)
+        errs() << "opaque unit " << U << '\n';
+      Units.push_back(std::nullopt);
+      continue;
+    }
+    GuardSet &S = Sets[C.Units[U]].Set;
+    if (Stats)
+      printStats(S, errs());
+    Units.push_back(std::move(S));
+  }
+  if (Pipeline.empty()) {
+    for (size_t U = 0; U < C.Units.size(); ++U)
+      if (Units[U])
+        Sets[C.Units[U]].Set = std::move(*Units[U]);
+    return true;
+  }
+  std::vector<std::vector<PassRunStats>> Runs;
+  // Parsed IR has no live objects: the passes use what the IR proves.
+  Error E = Pipeline.runUnits(Units, PassContext(), &Runs, instrumentation());
+  for (size_t U = 0; U < C.Units.size(); ++U)
+    if (Units[U])
+      Sets[C.Units[U]].Set = std::move(*Units[U]);
+  if (E) {
+    SM.PrintMessage(C.Loc, SourceMgr::DK_Error, toString(std::move(E)));
+    return false;
+  }
+  for (size_t U = 0; U < C.Units.size(); ++U) {
+    if (C.Units[U] == InvalidId)
+      continue;
+    Times.add(Runs[U]);
+    if (!Stats)
+      continue;
+    errs() << "unit " << quoteString(Sets[C.Units[U]].Set.name()) << ":\n";
+    printPassStats(Runs[U], errs());
+    errs() << "after passes: ";
+    printStats(Sets[C.Units[U]].Set, errs());
+  }
+  return true;
+}
+
+/// The .gir text of the chunk: lone sets and code objects in file order.
+std::string printChunk(const std::vector<ParsedGuardSet> &Sets,
+                       const std::vector<ParsedCodeObject> &CodeObjects) {
+  std::string Out;
+  bool First = true;
+  auto Item = [&](const std::string &Text) {
+    if (!First)
+      Out += '\n';
+    First = false;
+    Out += Text;
+  };
+  size_t Next = 0;
+  auto LoneUpTo = [&](size_t End) {
+    for (; Next < End; ++Next)
+      if (Sets[Next].CodeObject == InvalidId)
+        Item(printGuardSet(Sets[Next].Set));
+  };
+  for (const ParsedCodeObject &C : CodeObjects) {
+    LoneUpTo(C.SetsBefore);
+    std::vector<const GuardSet *> Units;
+    for (uint32_t U : C.Units)
+      Units.push_back(U == InvalidId ? nullptr : &Sets[U].Set);
+    Item(printCodeObject(C.Name, Units));
+  }
+  LoneUpTo(Sets.size());
+  return Out;
 }
 
 bool Driver::processChunk(std::unique_ptr<MemoryBuffer> Buf, raw_ostream &OS) {
@@ -372,8 +460,10 @@ bool Driver::processChunk(std::unique_ptr<MemoryBuffer> Buf, raw_ostream &OS) {
   // 1. Parse or import; 2. verify every set (all of their problems, not the
   // first).
   bool Ok = false;
+  std::vector<ParsedCodeObject> CodeObjects;
   std::optional<std::vector<ParsedGuardSet>> Sets =
-      Import == InputKind::TorchLogs ? importTorchLog(SM, Id) : parseGir(SM, Id);
+      Import == InputKind::TorchLogs ? importTorchLog(SM, Id)
+                                     : parseGir(SM, Id, &CodeObjects);
   if (Sets) {
     Ok = true;
     for (const ParsedGuardSet &P : *Sets)
@@ -383,8 +473,18 @@ bool Driver::processChunk(std::unique_ptr<MemoryBuffer> Buf, raw_ostream &OS) {
   // 4. emit.
   if (Ok) {
     for (ParsedGuardSet &P : *Sets) {
+      if (P.CodeObject != InvalidId)
+        continue; // below, with the other units of its code object
       if (AreStatisticsEnabled())
         printStats(P.Set, errs());
+      if (Pipeline.hasMultiSetPass()) {
+        SM.PrintMessage(P.Locs.Set, SourceMgr::DK_Error,
+                        "pass '" + Pipeline.firstMultiSetPass() +
+                            "' runs over the units of a code object: put "
+                            "this guard set in a code_object block");
+        Ok = false;
+        continue;
+      }
       if (!Pipeline.empty()) {
         if (!runPipeline(P, SM)) {
           Ok = false;
@@ -395,15 +495,14 @@ bool Driver::processChunk(std::unique_ptr<MemoryBuffer> Buf, raw_ostream &OS) {
           printStats(P.Set, errs());
         }
       }
-      if (Emit != EmitKind::IR && !emit(P, SM, OS))
-        Ok = false;
     }
-    if (Ok && Emit == EmitKind::IR) {
-      std::vector<GuardSet> Plain;
-      for (ParsedGuardSet &P : *Sets)
-        Plain.push_back(std::move(P.Set));
-      OS << printGuardSets(Plain);
-    }
+    for (const ParsedCodeObject &C : CodeObjects)
+      Ok &= runCodeObject(C, *Sets, SM);
+    if (Ok && Emit != EmitKind::IR)
+      for (const ParsedGuardSet &P : *Sets)
+        Ok &= emit(P, SM, OS);
+    if (Ok && Emit == EmitKind::IR)
+      OS << printChunk(*Sets, CodeObjects);
   }
   return Verifier ? Verifier->finish() : Ok;
 }

@@ -5,6 +5,7 @@
 #include "guardjit/Transforms/CSE.h"
 #include "guardjit/Transforms/DeadValues.h"
 #include "guardjit/Transforms/Dedup.h"
+#include "guardjit/Transforms/DiffSet.h"
 #include "guardjit/Transforms/FoldImplied.h"
 #include "guardjit/Transforms/GuardFilters.h"
 #include "guardjit/Transforms/Order.h"
@@ -52,6 +53,24 @@ const PassInfo Registry[] = {
   {Name, "", Description, &createPass<Class>},
 #define GJ_PASS_WITH_PARAMS(Name, Class, Params, Description)                  \
   {Name, Params, Description, &createPassWithParams<Class>},
+#include "guardjit/Transforms/Passes.def"
+};
+
+struct MultiSetPassInfo {
+  StringLiteral Name;
+  StringLiteral Params; ///< '|'-separated values, the first the default
+  StringLiteral Description;
+  std::unique_ptr<MultiSetPass> (*Create)(StringRef Param);
+};
+
+template <typename T>
+std::unique_ptr<MultiSetPass> createMultiSetPass(StringRef Param) {
+  return std::make_unique<T>(Param);
+}
+
+const MultiSetPassInfo MultiSetRegistry[] = {
+#define GJ_MULTISET_PASS(Name, Class, Params, Description)                     \
+  {Name, Params, Description, &createMultiSetPass<Class>},
 #include "guardjit/Transforms/Passes.def"
 };
 
@@ -158,11 +177,28 @@ Expected<PassPipeline> PassPipeline::parse(StringRef Text) {
       if (!Sub)
         return errorAt(E.Column, "in the expansion of '" + E.Name +
                                      "': " + toString(Sub.takeError()));
-      for (std::unique_ptr<Pass> &P : Sub->Passes) {
-        if (!P->isFilter() && !FirstStructural)
+      for (Stage &P : Sub->Passes) {
+        if ((P.Multi || !P.Single->isFilter()) && !FirstStructural)
           FirstStructural = &E;
         PP.Passes.push_back(std::move(P));
       }
+      continue;
+    }
+    if (const MultiSetPassInfo *MI =
+            find_if(MultiSetRegistry,
+                    [&](const MultiSetPassInfo &I) { return I.Name == E.Name; });
+        MI != std::end(MultiSetRegistry)) {
+      SmallVector<StringRef, 4> Values;
+      MI->Params.split(Values, '|', -1, false);
+      if (E.HasParams && !is_contained(Values, E.Params))
+        return errorAt(E.ParamsColumn, "unknown policy '" + E.Params +
+                                           "' of pass '" + E.Name +
+                                           "' (expected: " +
+                                           join(Values, ", ") + ")");
+      if (!FirstStructural)
+        FirstStructural = &E;
+      PP.Passes.push_back(
+          {nullptr, MI->Create(E.HasParams ? E.Params : StringRef())});
       continue;
     }
     const PassInfo *Info = find_if(
@@ -182,50 +218,137 @@ Expected<PassPipeline> PassPipeline::parse(StringRef Text) {
                          Twine(FirstStructural->Column + 1));
     if (!P->isFilter() && !FirstStructural)
       FirstStructural = &E;
-    PP.Passes.push_back(std::move(P));
+    PP.Passes.push_back({std::move(P), nullptr});
   }
   return PP;
+}
+
+bool PassPipeline::hasMultiSetPass() const {
+  return any_of(Passes, [](const Stage &S) { return S.Multi != nullptr; });
+}
+
+std::string PassPipeline::firstMultiSetPass() const {
+  for (const Stage &S : Passes)
+    if (S.Multi)
+      return S.Multi->name().str();
+  return "";
 }
 
 std::string PassPipeline::str() const {
   std::string S;
   raw_string_ostream OS(S);
   ListSeparator LS(",");
-  for (const std::unique_ptr<Pass> &P : Passes) {
+  for (const Stage &P : Passes) {
     OS << LS;
-    P->printPipeline(OS);
+    if (P.Multi)
+      P.Multi->printPipeline(OS);
+    else
+      P.Single->printPipeline(OS);
   }
   return S;
 }
 
+namespace {
+
+/// Runs one single-set pass over `S` with its statistics and hooks.
+Error runOne(Pass &P, GuardSet &S, const PassContext &Ctx,
+             std::vector<PassRunStats> *Stats,
+             const PipelineInstrumentation &Instr) {
+  std::vector<size_t> Before = S.countByKind();
+  size_t ValuesBefore = S.values().size();
+  auto Start = std::chrono::steady_clock::now();
+  P.run(S, Ctx);
+  auto End = std::chrono::steady_clock::now();
+  if (Stats) {
+    PassRunStats R;
+    R.Pass = P.name().str();
+    std::vector<size_t> After = S.countByKind();
+    for (size_t K = 0; K < Before.size(); ++K)
+      R.GuardsRemoved.push_back(int64_t(Before[K]) - int64_t(After[K]));
+    R.ValuesRemoved = int64_t(ValuesBefore) - int64_t(S.values().size());
+    R.Micros = std::chrono::duration<double, std::micro>(End - Start).count();
+    Stats->push_back(std::move(R));
+  }
+  if (Instr.VerifyEach)
+    if (Error E = verifyGuardSet(S))
+      return createStringError(inconvertibleErrorCode(),
+                               "pass '%s' produced invalid IR: %s",
+                               P.name().str().c_str(),
+                               toString(std::move(E)).c_str());
+  if (Instr.AfterPass)
+    Instr.AfterPass(P.name(), S);
+  return Error::success();
+}
+
+} // namespace
+
 Error PassPipeline::run(GuardSet &S, const PassContext &Ctx,
                         std::vector<PassRunStats> *Stats,
                         const PipelineInstrumentation &Instr) const {
-  for (const std::unique_ptr<Pass> &P : Passes) {
-    std::vector<size_t> Before = S.countByKind();
-    size_t ValuesBefore = S.values().size();
-    auto Start = std::chrono::steady_clock::now();
-    P->run(S, Ctx);
-    auto End = std::chrono::steady_clock::now();
-    if (Stats) {
-      PassRunStats R;
-      R.Pass = P->name().str();
-      std::vector<size_t> After = S.countByKind();
-      for (size_t K = 0; K < Before.size(); ++K)
-        R.GuardsRemoved.push_back(int64_t(Before[K]) - int64_t(After[K]));
-      R.ValuesRemoved = int64_t(ValuesBefore) - int64_t(S.values().size());
-      R.Micros =
-          std::chrono::duration<double, std::micro>(End - Start).count();
-      Stats->push_back(std::move(R));
+  if (hasMultiSetPass())
+    return createStringError(
+        inconvertibleErrorCode(),
+        "pass '%s' runs over the compile units of a code object, not over "
+        "one guard set",
+        firstMultiSetPass().c_str());
+  for (const Stage &P : Passes)
+    if (Error E = runOne(*P.Single, S, Ctx, Stats, Instr))
+      return E;
+  return Error::success();
+}
+
+Error PassPipeline::runUnits(std::vector<std::optional<GuardSet>> &Units,
+                             const PassContext &Ctx,
+                             std::vector<std::vector<PassRunStats>> *Stats,
+                             const PipelineInstrumentation &Instr) const {
+  if (Stats)
+    Stats->resize(Units.size());
+  for (const Stage &P : Passes) {
+    if (P.Single) {
+      for (size_t I = 0; I < Units.size(); ++I)
+        if (Units[I])
+          if (Error E = runOne(*P.Single, *Units[I], Ctx,
+                               Stats ? &(*Stats)[I] : nullptr, Instr))
+            return E;
+      continue;
     }
-    if (Instr.VerifyEach)
-      if (Error E = verifyGuardSet(S))
-        return createStringError(inconvertibleErrorCode(),
-                                 "pass '%s' produced invalid IR: %s",
-                                 P->name().str().c_str(),
-                                 toString(std::move(E)).c_str());
-    if (Instr.AfterPass)
-      Instr.AfterPass(P->name(), S);
+    std::vector<std::vector<size_t>> Before;
+    std::vector<size_t> ValuesBefore;
+    for (const std::optional<GuardSet> &U : Units) {
+      Before.push_back(U ? U->countByKind() : std::vector<size_t>());
+      ValuesBefore.push_back(U ? U->values().size() : 0);
+    }
+    std::vector<PassCounters> Counters;
+    auto Start = std::chrono::steady_clock::now();
+    P.Multi->run(Units, Ctx, &Counters);
+    auto End = std::chrono::steady_clock::now();
+    double Micros =
+        std::chrono::duration<double, std::micro>(End - Start).count();
+    for (size_t I = 0; I < Units.size(); ++I) {
+      if (!Units[I])
+        continue;
+      if (Stats) {
+        PassRunStats R;
+        R.Pass = P.Multi->name().str();
+        std::vector<size_t> After = Units[I]->countByKind();
+        for (size_t K = 0; K < After.size(); ++K)
+          R.GuardsRemoved.push_back(int64_t(Before[I][K]) - int64_t(After[K]));
+        R.ValuesRemoved =
+            int64_t(ValuesBefore[I]) - int64_t(Units[I]->values().size());
+        R.Micros = Micros;
+        if (I < Counters.size())
+          R.Counters = std::move(Counters[I]);
+        (*Stats)[I].push_back(std::move(R));
+      }
+      if (Instr.VerifyEach)
+        if (Error E = verifyGuardSet(*Units[I]))
+          return createStringError(inconvertibleErrorCode(),
+                                   "pass '%s' produced invalid IR: %s",
+                                   P.Multi->name().str().c_str(),
+                                   toString(std::move(E)).c_str());
+      if (Instr.AfterPass)
+        Instr.AfterPass(P.Multi->name(), *Units[I]);
+    }
   }
   return Error::success();
 }
@@ -238,6 +361,10 @@ void guardjit::printPassNames(raw_ostream &OS) {
       Name += "<" + I.Params.str() + ">";
     OS << "  " << left_justify(Name, 42) << " " << I.Description << '\n';
   }
+  OS << "Multi-set passes (over the units of a code_object):\n";
+  for (const MultiSetPassInfo &I : MultiSetRegistry)
+    OS << "  " << left_justify((I.Name + "<" + I.Params + ">").str(), 42)
+       << " " << I.Description << '\n';
   OS << "Pipelines:\n";
   for (const PipelineInfo &I : Pipelines)
     OS << "  " << left_justify(I.Name, 42) << " " << I.Description << " ("

@@ -12,7 +12,11 @@ How a compile unit is converted (torch 2.13, no patch to torch):
    that the IR has exactly the leaf guards of Dynamo's tree, then replaces
    ``wrapper.root`` with a fresh ``RootGuardManager`` whose only guard is the
    native check. Dynamo's tree is kept for ``check_verbose`` (recompile
-   reasons), printing and diff-guard cloning.
+   reasons) and printing. A unit with no guard at all keeps Dynamo's empty
+   root (torch's has-no-guards fast paths then apply).
+4. Then, for every code object with guardjit units, ``stance.update``
+   recomputes the differentiating root of every cache entry of that code
+   (``skip_guard_eval_unsafe``; stance.py).
 
 Anything unexpected leaves the unit on Dynamo's own tree and is counted in
 :func:`stats` with its reason: slower, never wrong.
@@ -27,6 +31,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from typing import Any
 
 import torch
@@ -34,7 +39,7 @@ import torch._dynamo.guards as dynamo_guards
 from torch._C._dynamo.guards import RootGuardManager
 from torch._guards import CompileContext
 
-from guardjit import _core, recorder
+from guardjit import _core, recorder, stance
 
 _PYTHON_GUARDS = ("LAMBDA_GUARD", "LAMBDA_GUARD (epilogue)")
 
@@ -85,6 +90,13 @@ class Config:
     # "" runs none). GUARDJIT_PIPELINE sets it for the process.
     pipeline: str = dataclasses.field(
         default_factory=lambda: os.environ.get("GUARDJIT_PIPELINE", "default"))
+    # What the differentiating sets run under skip_guard_eval_unsafe promise
+    # (stance.POLICIES, docs/diffsets.md): "torch-compatible" keeps torch's
+    # seed (an unwarmed tensor shape misses), "minimal" the smallest correct
+    # set, "guarded-minimal" minimal plus cheap type/dtype/rank/device/constant
+    # guards. GUARDJIT_DIFFSET_POLICY sets it for the process.
+    diffset_policy: str = dataclasses.field(
+        default_factory=lambda: os.environ.get("GUARDJIT_DIFFSET_POLICY", "torch-compatible"))
 
 
 config = Config()
@@ -96,16 +108,32 @@ _reasons: collections.Counter = collections.Counter()
 _pass_totals: collections.defaultdict = collections.defaultdict(collections.Counter)
 _previous_hook: Any = None
 _installed = False
+# The wrappers of the converted units still alive (they die with their cache
+# entries, e.g. at torch._dynamo.reset()).
+_live_units: weakref.WeakSet = weakref.WeakSet()
 
 
 class GuardJitManagerWrapper(dynamo_guards.GuardManagerWrapper):
     """A GuardManagerWrapper whose ``root`` runs guardjit's check.
 
     Dynamo's original tree stays in ``dynamo_root`` and answers everything
-    that explains or clones guards (check_verbose, printing, diff guards).
+    that explains guards (check_verbose, printing). The differentiating root
+    (``diff_guard_root``) is guardjit's (stance.py), never a clone of that tree.
     """
 
     dynamo_root: Any
+    guardjit_ir: Any  # the checked GuardSet (after the pipeline)
+    guardjit_borrowed: list | None  # weakrefs to the objects it borrows
+    guardjit_name: str  # the compile id
+
+    def populate_diff_guard_manager(self) -> None:
+        # torch calls this on every existing entry at the start of each
+        # compile of the same code (update_diff_guard_managers_for_existing_
+        # cache_entries). The unit's full check is correct whatever the new
+        # entry will be; guardjit's hook then installs the reduced one. If the
+        # hook does not run (guardjit uninstalled, a build that fails), the
+        # full check stays.
+        stance.install(self, self.root)
 
     @contextlib.contextmanager
     def _dynamo_tree(self):
@@ -124,6 +152,8 @@ class GuardJitManagerWrapper(dynamo_guards.GuardManagerWrapper):
             return super().__str__()
 
     def collect_diff_guard_sources(self) -> Any:
+        # Only feeds the sources torch seeds a new unit's tree with (its diff
+        # root is replaced by guardjit's, or is the full one when opaque).
         with self._dynamo_tree():
             return super().collect_diff_guard_sources()
 
@@ -214,13 +244,33 @@ def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
     # Guards guardjit calls as Python: its own lambda guards (a SHAPE_ENV
     # lambda whose parts all became shape_expr guards is not one).
     python_guards = sum(n for k, n in ir.count_by_kind().items() if k in _PYTHON_GUARDS)
-    new_root = RootGuardManager()
-    new_root.add_lambda_guard(
-        check, [f"guardjit: native check of {ir.num_guards} guards ({compile_id})"], None)
-    new_root.attach_compile_id(compile_id)
+    borrowed = stance.borrowed_refs(rec.borrowed)
+    if borrowed is None:
+        log.debug("compile unit %s borrows an object guardjit cannot track: it is opaque "
+                  "to the differentiating sets of later compiles", compile_id)
+    if _is_empty(recorded, root):
+        # Nothing to check (e.g. guard_filter_fn=skip_all_guards_unsafe):
+        # Dynamo's root has no guard, and torch's lookup serves such an entry
+        # without evaluating anything (cache_entry_has_no_guards); a root with
+        # guardjit's lambda would turn that off.
+        new_root = root
+        _counters["units_empty"] += 1
+    else:
+        new_root = RootGuardManager()
+        new_root.add_lambda_guard(
+            check, [f"guardjit: native check of {ir.num_guards} guards ({compile_id})"], None)
+        new_root.attach_compile_id(compile_id)
+        recorder.forget(new_root)  # guardjit's own root: not a recording
     wrapper.dynamo_root = root
+    wrapper.guardjit_ir = ir
+    wrapper.guardjit_borrowed = borrowed
+    wrapper.guardjit_name = compile_id
     wrapper.__class__ = GuardJitManagerWrapper
     wrapper.root = new_root
+    _live_units.add(wrapper)
+    # The full check until stance.update installs the reduced one (torch's
+    # finalize cloned Dynamo's tree, whose fail counts guardjit never feeds).
+    wrapper.diff_guard_root = new_root
 
     status = "native" if native is not None else "interpreter"
     log.debug("compile unit %s: %d guards checked by guardjit (%s, %.1f ms JIT, %d Python)",
@@ -273,18 +323,54 @@ def _count_pipeline(per_pass: list) -> None:
         _pass_totals[p["pass"]]["us"] += p["us"]
 
 
+def _is_empty(recorded: Any, root: Any) -> bool:
+    """Whether the unit checks nothing: no recorded guard and a Dynamo root
+    without leaf guards, accessors (a read can fail) or epilogue lambdas."""
+    return (recorded.num_guards == 0 and not root.get_leaf_guards()
+            and not root.get_accessors() and not root.get_epilogue_lambda_guards())
+
+
 def _hook(wrapper: Any, f_locals: Any, builder: Any) -> None:
     if _previous_hook is not None:
         _previous_hook(wrapper, f_locals, builder)
-    if not _is_active() or isinstance(wrapper, GuardJitManagerWrapper):
+    code = getattr(builder, "f_code", None)
+    if not _installed or not _is_active() or isinstance(wrapper, GuardJitManagerWrapper):
         recorder.reset()
+    else:
+        try:
+            with _lock:
+                _convert(wrapper, f_locals, code)
+        except Exception as e:  # never break a model that works with torch.compile
+            recorder.reset()
+            _fallback(str(CompileContext.current_compile_id()), 0, f"internal error: {e!r}")
+    # Also when this unit stays on Dynamo's path or guardjit is not active
+    # for it: the code's guardjit units must then keep their guards against it.
+    _update_stance(code, wrapper, f_locals)
+
+
+def _update_stance(code: Any, wrapper: Any, f_locals: Any, rebuild: bool = False) -> None:
+    if code is None:
         return
     try:
         with _lock:
-            _convert(wrapper, f_locals, getattr(builder, "f_code", None))
-    except Exception as e:  # never break a model that works with torch.compile
-        recorder.reset()
-        _fallback(str(CompileContext.current_compile_id()), 0, f"internal error: {e!r}")
+            stance.update(code, wrapper, policy=config.diffset_policy, mode=config.mode,
+                          opt_level=config.opt_level, counters=_counters,
+                          new_f_locals=f_locals if isinstance(f_locals, dict) else None,
+                          rebuild=rebuild)
+    except Exception as e:  # slower, never wrong: every entry keeps its full check
+        log.warning("guardjit: differentiating sets of %s not computed (%r); every entry "
+                    "checks its full guards under skip_guard_eval_unsafe",
+                    getattr(code, "co_name", code), e)
+        _counters["diffset_failures"] += 1
+        _reasons[f"diffset: {e}"] += 1
+        stance.reset_to_full(code, wrapper)
+
+
+def refresh_stance(code: Any, rebuild: bool = False) -> None:
+    """Recomputes the differentiating roots of ``code``'s cache entries (each
+    compile does this; tests call it, ``rebuild`` JIT-compiles every reduced
+    root anew)."""
+    _update_stance(code, None, None, rebuild=rebuild)
 
 
 def install_hooks() -> None:
@@ -293,20 +379,29 @@ def install_hooks() -> None:
     if _installed:
         return
     recorder.install()
-    _previous_hook = dynamo_guards.guard_manager_testing_hook_fn
-    dynamo_guards.guard_manager_testing_hook_fn = _hook
+    if dynamo_guards.guard_manager_testing_hook_fn is not _hook:
+        _previous_hook = dynamo_guards.guard_manager_testing_hook_fn
+        dynamo_guards.guard_manager_testing_hook_fn = _hook
     _installed = True
 
 
 def uninstall_hooks() -> None:
+    """Stops recording and converting. The hook stays (it only updates the
+    differentiating roots of codes that still have guardjit units, which must
+    keep their guards against the units compiled from now on): it is removed
+    only if no GuardJitManagerWrapper is alive."""
     global _installed, _previous_hook
     if not _installed:
         return
-    if dynamo_guards.guard_manager_testing_hook_fn is _hook:
-        dynamo_guards.guard_manager_testing_hook_fn = _previous_hook
-    _previous_hook = None
     recorder.uninstall()
     _installed = False
+    if dynamo_guards.guard_manager_testing_hook_fn is _hook and not _guardjit_units_alive():
+        dynamo_guards.guard_manager_testing_hook_fn = _previous_hook
+        _previous_hook = None
+
+
+def _guardjit_units_alive() -> bool:
+    return len(_live_units) > 0
 
 
 def units() -> list[Unit]:
@@ -352,5 +447,22 @@ def stats() -> dict[str, Any]:
         "pipeline_values_in": c.get("pipeline_values_in", 0),
         "pipeline_values_out": c.get("pipeline_values_out", 0),
         "passes": {name: dict(t) for name, t in _pass_totals.items()},
+        # Units with no guard at all (they keep Dynamo's empty root).
+        "units_empty": c.get("units_empty", 0),
+        # skip_guard_eval_unsafe (stance.py): updates of a code object's diff
+        # roots (one per compile of a code with guardjit units); per update
+        # and guardjit unit, guards in/out of its differentiating set; entries
+        # left opaque (their full root); reduced roots JIT-compiled / reused;
+        # sets kept whole after an error; time spent (us).
+        "diffset_policy": config.diffset_policy,
+        "diffset_updates": c.get("diffset_updates", 0),
+        "diffset_units": c.get("diffset_units", 0),
+        "diffset_guards_in": c.get("diffset_guards_in", 0),
+        "diffset_guards_out": c.get("diffset_guards_out", 0),
+        "diffset_opaque": c.get("diffset_opaque", 0),
+        "diffset_roots_built": c.get("diffset_roots_built", 0),
+        "diffset_roots_reused": c.get("diffset_roots_reused", 0),
+        "diffset_errors": c.get("diffset_errors", 0) + c.get("diffset_failures", 0),
+        "diffset_us": c.get("diffset_us", 0.0),
     }
 

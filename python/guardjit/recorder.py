@@ -49,6 +49,10 @@ class Recording:
     keep: list[Any] = dataclasses.field(default_factory=list)
     # (kind, id(obj)) -> object table id
     objects: dict[tuple[str, int], int] = dataclasses.field(default_factory=dict)
+    # The objects the IR borrows (strong=False: types and ID_MATCH objects,
+    # as Dynamo borrows them); the stance re-reads the IR later and first
+    # checks that they are still alive (stance.py).
+    borrowed: list[Any] = dataclasses.field(default_factory=list)
     # (value id, guard kind) pairs Dynamo de-duplicates (SKIP_IF_GUARD_ALREADY_PRESENT),
     # with the origins that asked for that guard
     present: dict[tuple[int, str], set[int]] = dataclasses.field(default_factory=dict)
@@ -101,6 +105,8 @@ class Recording:
             oid = self.ir.add_object(kind, obj, strong, text)
             self.objects[key] = oid
             self.keep.append(obj)
+            if not strong:
+                self.borrowed.append(obj)
         return oid
 
     def fail(self, reason: str) -> None:
@@ -150,6 +156,15 @@ def take(root: Any) -> Recording | None:
     if rec is not None and rec.root is not root:
         return None
     return rec
+
+
+def forget(root: Any) -> None:
+    """Drops the recording of ``root``, a RootGuardManager guardjit built
+    itself (its guards go through the wrapped methods too)."""
+    rec = _state.recordings.pop(id(root), None)
+    if rec is not None:
+        for key in [k for k, r in _state.owner.items() if r is rec]:
+            del _state.owner[key]
 
 
 def _recording_for(mgr: Any) -> Recording | None:

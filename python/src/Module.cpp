@@ -16,6 +16,7 @@
 #include "guardjit/Runtime/BoundGuardSet.h"
 #include "guardjit/Runtime/Interpreter.h"
 #include "guardjit/Runtime/ObjectFacts.h"
+#include "guardjit/Transforms/DiffSet.h"
 #include "guardjit/Transforms/PassPipeline.h"
 #include "guardjit/TorchRuntime/TorchRuntime.h"
 
@@ -288,7 +289,20 @@ PYBIND11_MODULE(_core, M) {
           "copy",
           [](const GuardSet &S) { return std::make_shared<GuardSet>(S); },
           "An independent copy (same object addresses), e.g. to keep the set "
-          "as recorded before run_pipeline changes it.");
+          "as recorded before run_pipeline changes it.")
+      .def(
+          "object_addresses",
+          [](const GuardSet &S) {
+            std::vector<uintptr_t> A;
+            A.reserve(S.objects().size());
+            for (const ObjectEntry &E : S.objects())
+              A.push_back(E.Address);
+            return A;
+          },
+          "The address (a PyObject*, never dereferenced here; 0 for parsed IR) "
+          "of each object table entry, in table order. With print(), which "
+          "holds every other field, it identifies a set exactly (the plugin "
+          "reuses a differentiating root while its set is unchanged).");
 
   py::class_<BoundGuardSet, std::shared_ptr<BoundGuardSet>>(
       M, "BoundGuardSet", "A guard set bound to live objects.")
@@ -443,6 +457,69 @@ PYBIND11_MODULE(_core, M) {
       "'values_out', 'passes': [{'name', 'guards_removed': {TORCH_KIND: n}, "
       "'values_removed', 'us'}]}. A bad pipeline raises ValueError with the "
       "column at fault.");
+
+  M.def(
+      "diffsets",
+      [](const std::vector<std::shared_ptr<GuardSet>> &Sets,
+         const std::string &Policy) {
+        std::optional<DiffSetPolicy> P = parseDiffSetPolicy(Policy);
+        if (!P)
+          throw py::value_error("guardjit: unknown diffset policy '" + Policy +
+                                "' (expected: torch-compatible, minimal, "
+                                "guarded-minimal)");
+        std::vector<const GuardSet *> Units;
+        bool Bound = true;
+        for (const std::shared_ptr<GuardSet> &S : Sets) {
+          Units.push_back(S.get());
+          if (S)
+            for (const ObjectEntry &E : S->objects())
+              Bound &= E.Address != 0;
+        }
+        // As run_pipeline: the recorder's objects are alive and the GIL is
+        // held, so the pass may ask their fixed types; parsed IR (no
+        // addresses) gets no facts.
+        PassContext Ctx;
+        if (Bound) {
+          Ctx.Facts.FixedTypeOf = fixedTypeOf;
+          Ctx.Facts.None = noneAddress();
+          Ctx.Facts.True = trueAddress();
+          Ctx.Facts.False = falseAddress();
+        }
+        std::vector<DiffSetUnit> Result = DiffSetPass(*P).run(Units, Ctx);
+        py::list OutSets, OutUnits;
+        for (DiffSetUnit &U : Result) {
+          if (U.Set)
+            OutSets.append(std::make_shared<GuardSet>(std::move(*U.Set)));
+          else
+            OutSets.append(py::none());
+          const DiffSetUnitStats &St = U.Stats;
+          py::dict D;
+          D["guards_in"] = St.GuardsIn;
+          D["guards_out"] = St.GuardsOut;
+          D["seed"] = St.Seed;
+          D["by_contradiction"] = St.ByContradiction;
+          D["by_difference"] = St.ByDifference;
+          D["by_opaque"] = St.ByOpaque;
+          D["exact"] = St.Exact;
+          OutUnits.append(D);
+        }
+        py::dict Out;
+        Out["sets"] = OutSets;
+        Out["units"] = OutUnits;
+        return Out;
+      },
+      py::arg("sets"), py::arg("policy") = "torch-compatible",
+      "Differentiating sets of the compile units of one code object "
+      "(docs/diffsets.md). `sets` is in cache order (front first); None is a "
+      "unit whose guards guardjit does not know (then every other unit keeps "
+      "all of its guards). Returns {'sets': [GuardSet | None, ...] (new "
+      "reduced copies, same order, same object addresses; None stays None), "
+      "'units': [{'guards_in', 'guards_out', 'seed', 'by_contradiction', "
+      "'by_difference', 'by_opaque', 'exact'}, ...]}: per unit, the pairs "
+      "(i, j) covered by a contradicting guard, by keeping G_i \\ G_j, or by "
+      "an opaque j, and whether the set is a smallest one. The inputs are not "
+      "changed. Call with the recorder's objects alive and the GIL held. An "
+      "unknown policy raises ValueError.");
 
   M.def("set_in_mode_without_ignore_compile_internals",
         &setInModeWithoutIgnoreCompileInternals, py::arg("in_mode"),

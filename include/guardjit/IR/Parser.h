@@ -1,7 +1,8 @@
 //===- Parser.h - Reads the .gir text format --------------------*- C++ -*-===//
 //
 // Parses exactly what IR/Printer.h prints (docs/gir-format.md): one or more
-// `guard_set` blocks per buffer, `//` comments and blank lines anywhere.
+// `guard_set` blocks per buffer, and `code_object` blocks holding the units
+// of one code object in cache order; `//` comments and blank lines anywhere.
 // Ids in the text are the ids of the IR (`%3` is value 3), so definitions
 // must come in order; references are not checked here but by the verifier
 // (IR/Verifier.h), which points at the locations the parser records.
@@ -58,13 +59,33 @@ struct GuardSetLocs {
 struct ParsedGuardSet {
   GuardSet Set;
   GuardSetLocs Locs;
+  /// Index of the `code_object` block holding the set (InvalidId: a lone
+  /// set).
+  uint32_t CodeObject = InvalidId;
+};
+
+/// A `code_object "name" { ... }` block: the compile units of one code object
+/// in cache order (front first). Its guard sets are parsed into the same list
+/// as the lone ones, in file order.
+struct ParsedCodeObject {
+  std::string Name;
+  llvm::SMLoc Loc; ///< the `code_object` keyword
+  /// Per unit, in order: the index of its set in the parse result, or
+  /// InvalidId for an `opaque` unit (guard set unknown).
+  std::vector<uint32_t> Units;
+  /// Number of sets parsed before the block (to print lone sets and code
+  /// objects back in file order).
+  size_t SetsBefore = 0;
 };
 
 /// Parses every guard set in buffer `BufferId` of `SM`. Reports the first
 /// error through `SM` (its diagnostic handler, if set) and returns nullopt.
-/// The result is not verified.
-std::optional<std::vector<ParsedGuardSet>> parseGir(llvm::SourceMgr &SM,
-                                                    unsigned BufferId);
+/// The result is not verified. `code_object` blocks are accepted only when
+/// `CodeObjects` is given (it receives them, in file order); otherwise they
+/// are an error, for hosts that handle lone sets only.
+std::optional<std::vector<ParsedGuardSet>>
+parseGir(llvm::SourceMgr &SM, unsigned BufferId,
+         std::vector<ParsedCodeObject> *CodeObjects = nullptr);
 
 /// Parses and verifies `Text` (called `BufferName` in messages): for hosts
 /// (Python, the embedding API) that want an Error carrying the diagnostics.

@@ -32,6 +32,13 @@ std::string printGuardSet(const GuardSet &Set);
 /// Returns the .gir text of a file holding `Sets`, separated by blank lines.
 std::string printGuardSets(const std::vector<GuardSet> &Sets);
 
+/// Returns the .gir text of one code object's compile units in cache order
+/// (front first): a `code_object "<name>" { ... }` block holding each unit's
+/// `guard_set`, or `opaque` for a nullptr unit (guard set unknown), separated
+/// by blank lines.
+std::string printCodeObject(std::string_view Name,
+                            const std::vector<const GuardSet *> &Units);
+
 /// Quotes `S` as a .gir string literal (escapes `"`, `\` and control chars).
 std::string quoteString(std::string_view S);
 

@@ -1,6 +1,7 @@
 //===- Pass.h - Guard IR pass interface -------------------------*- C++ -*-===//
 //
-// A pass is one class with one `run` over one guard set, registered by one
+// A pass is one class with one `run` over one guard set (or, for a
+// MultiSetPass, over the units of one code object), registered by one
 // line in Passes.def (LLVM new-pass-manager style, without analyses: guard
 // sets are small and every pass recomputes what it needs).
 //
@@ -19,7 +20,10 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace guardjit {
 
@@ -57,6 +61,28 @@ public:
   /// ordering rule between filters and structural passes).
   virtual bool isFilter() const { return false; }
   /// Writes the pass in -passes= syntax (`name` or `name<opt>`).
+  virtual void printPipeline(llvm::raw_ostream &OS) const { OS << name(); }
+};
+
+/// Named counts of what a multi-set pass did to one unit, in print order
+/// (e.g. {"guards_out", 3}).
+using PassCounters = std::vector<std::pair<std::string, int64_t>>;
+
+/// A pass over all compile units (cache entries) of one code object at once,
+/// registered with GJ_MULTISET_PASS. Such a pass cannot run over a lone set:
+/// its answer for one unit depends on the others.
+class MultiSetPass {
+public:
+  virtual ~MultiSetPass();
+  virtual llvm::StringRef name() const = 0;
+  /// Transforms the units in place. `Units` is in cache order (front first);
+  /// std::nullopt is an opaque unit (guard set unknown) and stays so.
+  /// Appends one PassCounters per unit to `Counters` if given. Never fails
+  /// on IR the verifier accepted, and leaves IR it accepts.
+  virtual void run(std::vector<std::optional<GuardSet>> &Units,
+                   const PassContext &Ctx,
+                   std::vector<PassCounters> *Counters) = 0;
+  /// Writes the pass in -passes= syntax (`name` or `name<param>`).
   virtual void printPipeline(llvm::raw_ostream &OS) const { OS << name(); }
 };
 

@@ -5,11 +5,14 @@
 //
 //   cse,dedup,keep_tensor_guards_unsafe<keep-parameters>
 //
+// A multi-set pass takes one parameter value instead (`diffset<minimal>`).
 // A GJ_PIPELINE name (e.g. `default`) expands in place. Filters (the
 // `_unsafe` passes) must come before any structural pass: torch filters the
 // guards of the unoptimized tree, and a structural pass may merge or fold
 // guards of different torch origins, after which a filter would no longer
-// see torch's guards.
+// see torch's guards. A pipeline with a multi-set pass runs over the units of
+// one code object (runUnits): the single-set passes before and after it run
+// over each unit in turn.
 //
 //===----------------------------------------------------------------------===//
 #ifndef GUARDJIT_TRANSFORMS_PASSPIPELINE_H
@@ -50,8 +53,11 @@ struct PassRunStats {
   std::vector<int64_t> GuardsRemoved;
   /// Values (accessor reads) removed.
   int64_t ValuesRemoved = 0;
-  /// Wall time of run(), microseconds.
+  /// Wall time of run(), microseconds (of a multi-set pass: over all units).
   double Micros = 0;
+  /// What a multi-set pass reports for this unit (empty for single-set
+  /// passes).
+  PassCounters Counters;
 };
 
 /// Hooks around each pass (the tool's --print-after-all and --time-passes).
@@ -70,10 +76,26 @@ public:
   static llvm::Expected<PassPipeline> parse(llvm::StringRef Text);
 
   /// Runs every pass over `S` in order; appends one entry per pass to
-  /// `Stats` if given. Fails only when VerifyEach finds invalid IR.
+  /// `Stats` if given. Fails when VerifyEach finds invalid IR, and when the
+  /// pipeline has a multi-set pass (it needs every unit: runUnits).
   llvm::Error run(GuardSet &S, const PassContext &Ctx,
                   std::vector<PassRunStats> *Stats = nullptr,
                   const PipelineInstrumentation &Instr = {}) const;
+
+  /// Runs every pass over the units of one code object, in cache order
+  /// (front first; std::nullopt = opaque, skipped by single-set passes and
+  /// kept opaque). `Stats`, if given, is resized to one list per unit, each
+  /// with one entry per pass that ran over the unit. Fails only when
+  /// VerifyEach finds invalid IR.
+  llvm::Error runUnits(std::vector<std::optional<GuardSet>> &Units,
+                       const PassContext &Ctx,
+                       std::vector<std::vector<PassRunStats>> *Stats = nullptr,
+                       const PipelineInstrumentation &Instr = {}) const;
+
+  /// Whether some pass needs every unit of a code object.
+  bool hasMultiSetPass() const;
+  /// The name of the first multi-set pass ("" if none).
+  std::string firstMultiSetPass() const;
 
   /// The canonical text (named pipelines expanded), accepted by parse().
   std::string str() const;
@@ -85,7 +107,12 @@ public:
   PassPipeline &operator=(PassPipeline &&) = default;
 
 private:
-  std::vector<std::unique_ptr<Pass>> Passes;
+  /// One pass: exactly one of the two is set.
+  struct Stage {
+    std::unique_ptr<Pass> Single;
+    std::unique_ptr<MultiSetPass> Multi;
+  };
+  std::vector<Stage> Passes;
 };
 
 /// Writes every pass and named pipeline with its description, one a line.
