@@ -2,8 +2,9 @@
 
 Two scenarios, all four configurations, each in its own process as users run
 it. No timing assertions (shared, noisy machines); the routing verdicts must
-be booleans computed from replayed calls, and plain torch must route the
-issue's cache-line pickup correctly (torch 2.13's own behaviour).
+be booleans computed from replayed calls; plain torch routes the issue's
+cache-line pickup correctly (torch 2.13's own behaviour), and so must each of
+guardjit's policies.
 """
 
 from __future__ import annotations
@@ -74,10 +75,24 @@ def test_schema_and_verdicts(quick_run):
             assert d["oracle"]["ok"], (r["name"], c, d["oracle"])
             want = c != "torch"
             assert d["configuration"]["guardjit_installed"] is want, (r["name"], c)
+        # torch's roots in guardjit's units (imported as Guard IR).
+        assert isinstance(r["torch_guards_ir"], int), (r["name"], r["details"]["torch"])
     pickup = data["scenarios"][0]
     assert pickup["units"] == 3
     assert pickup["torch_routed_ok"] is True  # torch 2.13's own stance test
     assert pickup["rule"]["applies"] is True
+    assert pickup["torch_guards"] > 0 and pickup["torch_guards_ir"] > 0
+
+
+def test_every_policy_routes(quick_run):
+    """Issue 11: guardjit's differentiating sets route every warmed input
+    (the issue's report and the lone guardless unit), under each policy."""
+    data, _, _ = quick_run
+    for r in data["scenarios"]:
+        for c in CONFIGS:
+            assert r["details"][c]["configuration"]["policy_effective"] == (
+                CONFIGS[c]["GUARDJIT_DIFFSET_POLICY"]), (r["name"], c)
+            assert r[f"{c}_routed_ok"] is True, (r["name"], c, r["details"][c]["routing"])
 
 
 def test_table_and_report(quick_run):

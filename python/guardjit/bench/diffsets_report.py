@@ -30,16 +30,17 @@ def _num(x: Any, fmt: str) -> str:
     return "-" if x is None else fmt.format(x)
 
 
+def _yes(v: bool | None) -> str:
+    return "-" if v is None else "yes" if v else "NO"
+
+
 def _rule_cell(r: dict[str, Any]) -> str:
     ru = r["rule"]
     if not ru["applies"]:
         return "n/a: torch misroutes"
-    parts = []
-    for key, label in (("compatible_le_torch", "compat<=torch"),
-                       ("minimal_le_compatible", "min<=compat")):
-        v = ru[key]
-        parts.append(f"{label} {'-' if v is None else 'yes' if v else 'NO'}")
-    return ", ".join(parts)
+    return (f"compat<=torch {_yes(ru['compatible_le_torch'])} "
+            f"(IR {_yes(ru.get('compatible_le_torch_ir'))}), "
+            f"min<=compat {_yes(ru['minimal_le_compatible'])}")
 
 
 def table(data: dict[str, Any], markdown: bool = False) -> str:
@@ -52,8 +53,10 @@ def table(data: dict[str, Any], markdown: bool = False) -> str:
     for r in data["scenarios"]:
         cells = [r["name"], _num(r.get("units"), "{}")]
         for c in cfgs:
-            cells += [_num(r.get(f"{c}_guards"), "{}"), _num(r.get(f"{c}_lookup_us"), "{:.2f}"),
-                      _routed(r, c)]
+            g = _num(r.get(f"{c}_guards"), "{}")
+            if c == "torch" and r.get("torch_guards_ir") is not None:
+                g += f" ({r['torch_guards_ir']} IR)"
+            cells += [g, _num(r.get(f"{c}_lookup_us"), "{:.2f}"), _routed(r, c)]
         cells.append(_rule_cell(r))
         rows.append(tuple(cells))
     return _table(rows, markdown)
@@ -67,12 +70,15 @@ def done_when(data: dict[str, Any]) -> dict[str, Any]:
                   for c in policies}
     torch_misroutes = [r["name"] for r in rows if r.get("torch_routed_ok") is False]
     bigger_c = [r["name"] for r in rows if r["rule"]["compatible_le_torch"] is False]
+    bigger_ci = [r["name"] for r in rows if r["rule"].get("compatible_le_torch_ir") is False]
     bigger_m = [r["name"] for r in rows if r["rule"]["minimal_le_compatible"] is False]
     return {"every_policy_routes_every_scenario": all(not v for v in not_routed.values())
             and bool(policies),
             "not_routed": not_routed,
             "compatible_le_torch_everywhere_torch_routes": not bigger_c,
             "compatible_larger_than_torch": bigger_c,
+            "compatible_le_torch_ir_everywhere_torch_routes": not bigger_ci,
+            "compatible_larger_than_torch_ir": bigger_ci,
             "minimal_le_compatible_everywhere_torch_routes": not bigger_m,
             "minimal_larger_than_compatible": bigger_m,
             "torch_misroutes": torch_misroutes}
@@ -136,7 +142,8 @@ def format_text(data: dict[str, Any]) -> str:
     parts += [f"  {f}" for f in findings(data)]
     parts.append(
         f"every policy routes every scenario: {'yes' if dw['every_policy_routes_every_scenario'] else 'NO'}; "
-        f"compatible <= torch: {'yes' if dw['compatible_le_torch_everywhere_torch_routes'] else 'NO'}; "
+        f"compatible <= torch: {'yes' if dw['compatible_le_torch_everywhere_torch_routes'] else 'NO'} "
+        f"(in IR units: {'yes' if dw['compatible_le_torch_ir_everywhere_torch_routes'] else 'NO'}); "
         f"minimal <= compatible: {'yes' if dw['minimal_le_compatible_everywhere_torch_routes'] else 'NO'}; "
         f"torch misroutes: {', '.join(dw['torch_misroutes']) or 'none'}")
     return "\n".join(parts)
@@ -171,7 +178,11 @@ def markdown_report(data: dict[str, Any], json_name: str = "diffsets.json") -> s
         "IR set (the IR counts a dict manager's type and size checks as guards, and the "
         "plugin's default pipeline has de-duplicated the set first); an entry left on "
         "Dynamo's path counts its full root, as torch's. A guardjit build without its own "
-        "sets counts Dynamo's clone like torch's.",
+        "sets counts Dynamo's clone like torch's. The two conventions differ (torch counts "
+        "a combined epilogue lambda of 14 aliasing checks, or 5 dimension-marking checks, "
+        "as one guard object), so the torch column also gives, in parentheses, torch's "
+        "roots printed as TORCH_LOGS=guards prints them and read back by `guard-ir-opt "
+        "--import=torch-logs -passes=default`: the same unit as the guardjit columns.",
         "* **µs**: the \"TorchDynamo Cache Lookup\" profiler event per call under the stance: "
         "per warmed input, the median of rounds of repeated calls (its entry at the front), "
         "then the mean over the inputs (0.00: torch's fast path for a lone guardless entry "
@@ -191,7 +202,12 @@ def markdown_report(data: dict[str, Any], json_name: str = "diffsets.json") -> s
         f"**{'yes' if dw['every_policy_routes_every_scenario'] else 'no'}**"
         + ("" if dw["every_policy_routes_every_scenario"] else " (not routed: "
            + "; ".join(f"{k}: {', '.join(n)}" for k, n in dw["not_routed"].items() if n) + ")"),
-        f"* `torch-compatible` <= torch's count wherever torch routes correctly: "
+        f"* `torch-compatible` <= torch's count wherever torch routes correctly, counted in one "
+        f"unit (torch's roots imported as Guard IR): "
+        f"**{'yes' if dw['compatible_le_torch_ir_everywhere_torch_routes'] else 'no'}**"
+        + (f" (larger on {', '.join(dw['compatible_larger_than_torch_ir'])})"
+           if dw["compatible_larger_than_torch_ir"] else "")
+        + f"; on the issue's fields as they are (Dynamo's guard objects against IR guards): "
         f"**{'yes' if dw['compatible_le_torch_everywhere_torch_routes'] else 'no'}**"
         + (f" (larger on {', '.join(dw['compatible_larger_than_torch'])})"
            if dw["compatible_larger_than_torch"] else ""),

@@ -83,6 +83,45 @@ def diff_guards(guard_manager: Any) -> tuple[int, str, int | None]:
                else "diff_guard_root (leaf guards)"), None
 
 
+def torch_roots_as_ir(roots: list[Any]) -> tuple[list[int | None], str | None]:
+    """Guard IR guards of each of torch's differentiating roots (None: no root).
+
+    The roots are printed as TORCH_LOGS=guards prints a tree and read back by
+    ``guard-ir-opt --import=torch-logs -passes=default --stats``: the same
+    units and the same pipeline as guardjit's reduced sets, which the issue's
+    ``*_guards`` fields (Dynamo's leaf guard objects for torch) do not share:
+    the IR counts each code part of a combined epilogue lambda, and a dict
+    manager's type and size checks, as guards. Returns (counts, error).
+    """
+    import re
+    import subprocess
+    import sysconfig
+    import tempfile
+
+    from torch._dynamo.guards import GuardManagerWrapper
+
+    todo = [r for r in roots if r is not None]
+    if not todo:
+        return [None] * len(roots), None
+    tool = os.path.join(sysconfig.get_path("scripts"), "guard-ir-opt")
+    with tempfile.NamedTemporaryFile("w", suffix=".log") as f:
+        for r in todo:
+            f.write(str(GuardManagerWrapper(r)) + "\n")
+        f.flush()
+        try:
+            p = subprocess.run([tool, "--import=torch-logs", "-passes=default", "--stats",
+                                "-o", os.devnull, f.name], capture_output=True, text=True,
+                               timeout=120)
+        except (OSError, subprocess.SubprocessError) as e:
+            return [None] * len(roots), _err(e)
+    counts = [int(n) for n in re.findall(r'^after passes: guard set "[^"]*": (\d+) guards',
+                                           p.stderr, re.M)]
+    if p.returncode != 0 or len(counts) != len(todo):
+        return [None] * len(roots), (p.stderr.strip().splitlines() or ["?"])[-1][:300]
+    it = iter(counts)
+    return [None if r is None else next(it) for r in roots], None
+
+
 def _units(codes: list[Any]) -> list[dict[str, Any]]:
     out = []
     for code in codes:
@@ -182,6 +221,16 @@ def run(name: str, quick: bool) -> dict[str, Any]:
         out["codes"] = [c.co_name for c in codes]
         out["compiles"] = len(tag.compiled)
         units = _units(codes)
+        if not out["configuration"]["guardjit_installed"]:
+            roots = [getattr(e.guard_manager, "diff_guard_root", None)
+                     for c in codes for e in routing.entries(c)]
+            ir, err = torch_roots_as_ir(roots)
+            for u, n in zip(units, ir):
+                u["diff_ir_guards"] = 0 if u["diff_guards"] == 0 and n is None else n
+            out["diff_ir_guards"] = (None if err else
+                                     sum(u["diff_ir_guards"] or 0 for u in units))
+            if err:
+                out["diff_ir_error"] = err
         out["units"] = len(units)
         out["unit_records"] = units
         out["diff_guards"] = sum(u["diff_guards"] for u in units)
