@@ -111,7 +111,16 @@ def stats() -> dict[str, Any]:
     GUARDJIT_PIPELINE), ``pipeline_sets``, ``pipeline_guards_in/out`` and
     ``pipeline_values_in/out`` (guards and accessor reads before and after it,
     summed over sets) and ``passes`` ({pass: {guards_removed, values_removed,
-    us}}). Empty when guardjit cannot run here.
+    us}}); ``units_empty`` (units with no guard: they keep Dynamo's empty
+    root). Under ``skip_guard_eval_unsafe`` (docs/plugin.md): ``diffset_policy``
+    (``plugin.config.diffset_policy`` / GUARDJIT_DIFFSET_POLICY),
+    ``diffset_updates`` (one per compile of a code object with guardjit units),
+    ``diffset_units``, ``diffset_guards_in`` / ``diffset_guards_out`` (per
+    update and guardjit unit: its guards and its differentiating set's),
+    ``diffset_opaque`` (entries checked by their full root, per update),
+    ``diffset_inexact`` (units whose set is the pass's greedy answer),
+    ``diffset_roots_built`` / ``diffset_roots_reused``, ``diffset_errors``
+    and ``diffset_us``. Empty when guardjit cannot run here.
     """
     if _compat.problems():
         return {}

@@ -460,6 +460,8 @@ def stats() -> dict[str, Any]:
         "diffset_guards_in": c.get("diffset_guards_in", 0),
         "diffset_guards_out": c.get("diffset_guards_out", 0),
         "diffset_opaque": c.get("diffset_opaque", 0),
+        # units whose set is the greedy answer (the exact search hit its budget)
+        "diffset_inexact": c.get("diffset_inexact", 0),
         "diffset_roots_built": c.get("diffset_roots_built", 0),
         "diffset_roots_reused": c.get("diffset_roots_reused", 0),
         "diffset_errors": c.get("diffset_errors", 0) + c.get("diffset_failures", 0),

@@ -96,6 +96,8 @@ class DiffRoots:
     # Every diff root replaced while the entry lived (a lookup in another
     # thread may still be running it).
     retired: list = dataclasses.field(default_factory=list)
+    # The pass's stats of this unit in the last update (_core.diffsets' units).
+    pass_stats: dict = dataclasses.field(default_factory=dict)
 
 
 def state(wrapper: Any) -> DiffRoots:
@@ -223,11 +225,16 @@ def update(code: Any, new_wrapper: Any, *, policy: str, mode: str, opt_level: st
             plan.append((w, None))
             continue
         st = state(w)
+        st.pass_stats = dict(stats)
         n_in, n_out = full.num_guards, reduced.num_guards
         counters["diffset_units"] += 1
+        counters["diffset_inexact"] += not stats["exact"]
         counters["diffset_guards_in"] += n_in
         counters["diffset_guards_out"] += n_out
-        if n_out == n_in and not rebuild:  # R_i is a subset of G_i: this is G_i
+        # R_i is a subset of G_i, so as many guards is G_i, except under
+        # guarded-minimal, which may weaken a TENSOR_MATCH to its rank: then
+        # G_i checks more, which is still correct (G_i(x) <=> G_i(x)).
+        if n_out == n_in and not rebuild:
             plan.append((w, ("full", w.root, None, n_in, n_out)))
             continue
         if n_out == 0:

@@ -548,6 +548,47 @@ def added_after_stance(run: Run) -> None:
         run.all_orders(t, inputs)
 
 
+class GatedMLP(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = torch.nn.Linear(8, 8)
+        self.b = torch.nn.Linear(8, 8)
+        self.gate = 0.5
+
+    def forward(self, x, y):
+        return torch.relu(self.a(x)) * self.gate + self.b(y)
+
+
+@contextlib.contextmanager
+def _attribute(obj: Any, name: str, value: Any):
+    old = getattr(obj, name)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        setattr(obj, name, old)
+
+
+@scenario()
+def module_with_parameters(run: Run) -> None:
+    """A module with parameters (static shapes): a float attribute, aliased
+    inputs and a batch size beside the base input."""
+    m = GatedMLP().eval()
+    t = Target(torch.compile(m, backend=run.backend, dynamic=False), m, GatedMLP.forward, m)
+    torch.manual_seed(0)
+    x, y = torch.randn(2, 8), torch.randn(2, 8)
+    inputs = [("base", (x, y), {}),
+              ("gate=0.75", (x, y), {}, lambda: _attribute(m, "gate", 0.75)),
+              ("x is y", (x, x), {}),
+              ("batch 3", (torch.randn(3, 8), torch.randn(3, 8)), {})]
+    with torch.no_grad():
+        for label, args, kwargs, *ctx in inputs:
+            run.call(label, t, *args, ctx=ctx[0] if ctx else contextlib.nullcontext, **kwargs)
+        with run.stance():
+            run.all_orders(t, inputs)
+
+
 def run_scenario(name: str, oracle: bool,
                  inspect_entries: Callable[[Run], None] | None = None) -> list[dict]:
     """The scenario's calls; ``inspect_entries(run)`` runs before the cache
