@@ -134,6 +134,12 @@ def _units(codes: list[Any]) -> list[dict[str, Any]]:
                         "has_diff_root": dr is not None,
                         "full_guards": routing.count_guards(routing.full_root(gm)),
                         "guardjit_root": type(gm).__name__ == "GuardJitManagerWrapper"})
+            st = gm.__dict__.get("_guardjit_diff")
+            if st is not None:
+                # stance.py's view: reduced/full/empty/opaque, and the pass's
+                # stats of the unit (exact or the greedy answer past its budget)
+                out[-1]["guardjit_kind"] = st.kind
+                out[-1]["pass_stats"] = dict(getattr(st, "pass_stats", {}) or {})
     return out
 
 
