@@ -30,19 +30,34 @@ def main(argv: list[str] | None = None) -> int:
 
     bench = sub.add_parser(
         "bench", help="benchmark guardjit against Dynamo on a corpus of real models",
-        description="Per model, in one process and interleaved: guard count, Dynamo's and "
-                    "guardjit's check, the TorchDynamo Cache Lookup profiler event, the "
-                    "end-to-end call, JIT compile ms, and the same with each of torch's guard "
-                    "options (filters, install_free_tensors, dict tags, skip_guard_eval_unsafe). "
-                    "See docs/performance.md.")
+        description="--suite corpus (default): per model, in one process and interleaved: "
+                    "guard count, Dynamo's and guardjit's check, the TorchDynamo Cache Lookup "
+                    "profiler event, the end-to-end call, JIT compile ms, and the same with "
+                    "each of torch's guard options (filters, install_free_tensors, dict tags, "
+                    "skip_guard_eval_unsafe); see docs/performance.md. --suite diffsets: "
+                    "warm-up scenarios run in fresh processes for plain torch and each "
+                    "guardjit differentiating-set policy; guards of the differentiating "
+                    "roots, cache lookup under skip_guard_eval_unsafe, and whether every "
+                    "warmed input is routed to the entry a full lookup picks; see "
+                    "docs/diffsets-results.md.")
     from guardjit.bench.corpus import CORPUS
+    from guardjit.bench.diffsets import CONFIGS
+    from guardjit.bench.scenarios import SCENARIOS
 
+    bench.add_argument("--suite", choices=("corpus", "diffsets"), default="corpus",
+                       help="what to benchmark (default: corpus)")
     bench.add_argument("--models", nargs="+", choices=list(CORPUS), default=list(CORPUS),
-                       help="models to run (default: all)")
+                       help="corpus: models to run (default: all)")
+    bench.add_argument("--scenarios", nargs="+", choices=list(SCENARIOS),
+                       default=list(SCENARIOS), help="diffsets: scenarios (default: all)")
+    bench.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS),
+                       help="diffsets: configurations (default: all four)")
+    bench.add_argument("--report", metavar="FILE.md",
+                       help="diffsets: write the Markdown report (table, rule, findings)")
     bench.add_argument("--json", metavar="FILE", help="write the results as JSON")
     bench.add_argument("--plot", metavar="FILE.png", help="write the plot (needs matplotlib)")
     bench.add_argument("--quick", action="store_true",
-                       help="smaller models, few rounds, eager end to end (CI; < 3 minutes)")
+                       help="smaller models, few rounds and orders, eager end to end (CI)")
     bench.add_argument("--backend", default=None,
                        help="backend of the end-to-end and cache-lookup runs (default: eager; "
                             "e.g. inductor); guard checks always use eager")
@@ -101,6 +116,8 @@ def _bench(args: argparse.Namespace) -> int:
     if not guardjit.enabled():
         print("guardjit cannot run here (see the warning above)", file=sys.stderr)
         return 2
+    if args.suite == "diffsets":
+        return _bench_diffsets(args)
     from guardjit.bench import report, run
 
     settings = run.Settings.quick_mode() if args.quick else run.Settings()
@@ -119,6 +136,27 @@ def _bench(args: argparse.Namespace) -> int:
     if args.plot:
         report.plot(data, args.plot)
         print(f"wrote {args.plot}", file=sys.stderr)
+    return 0
+
+
+def _bench_diffsets(args: argparse.Namespace) -> int:
+    import os
+
+    from guardjit.bench import diffsets, diffsets_report
+
+    data = diffsets.run(args.scenarios, args.configs, quick=args.quick,
+                        progress=not args.no_progress)
+    print(diffsets_report.table(data, markdown=True) if args.markdown
+          else diffsets_report.format_text(data))
+    if args.json:
+        diffsets.write_json(data, args.json)
+        print(f"wrote {args.json}", file=sys.stderr)
+    if args.report:
+        rel = (os.path.relpath(args.json, os.path.dirname(os.path.abspath(args.report)))
+               if args.json else "diffsets.json")
+        with open(args.report, "w") as f:
+            f.write(diffsets_report.markdown_report(data, json_name=rel))
+        print(f"wrote {args.report}", file=sys.stderr)
     return 0
 
 

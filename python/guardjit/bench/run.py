@@ -45,8 +45,7 @@ import torch._dynamo.guards as dynamo_guards
 import guardjit
 from guardjit import plugin, timing
 from guardjit.bench.corpus import BenchCase
-
-LOOKUP_EVENT = "TorchDynamo Cache Lookup"
+from guardjit.bench.lookup import LOOKUP_EVENT, profile_lookup_us, raw_self_us  # noqa: F401
 
 FILTERS = (
     "skip_guard_on_inbuilt_nn_modules_unsafe",
@@ -205,70 +204,6 @@ def cold_interleaved(a: Callable[[], object], b: Callable[[], object], rounds: i
         ratios.append(ma / max(mb, 1))
     return {"a_us": statistics.median(a_med), "b_us": statistics.median(b_med),
             "ratio": statistics.median(ratios)}
-
-
-@contextlib.contextmanager
-def _quiet_stderr() -> Iterator[None]:
-    """Silences the profiler's start/stop lines (written by C++ to fd 2)."""
-    import os
-
-    sys.stderr.flush()
-    saved = os.dup(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)
-    try:
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
-
-
-def profile_lookup_us(fn: Callable[[], object], calls: int) -> float:
-    """Self CPU µs of "TorchDynamo Cache Lookup" per call of ``fn``."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU]) as prof:
-        for _ in range(calls):
-            fn()
-    raw = getattr(getattr(prof, "profiler", None), "kineto_results", None)
-    if raw is None:
-        total = sum(e.self_cpu_time_total for e in prof.events() if e.name == LOOKUP_EVENT)
-        return total / calls
-    return raw_self_us(raw.events(), LOOKUP_EVENT) / calls
-
-
-def raw_self_us(events: Any, name: str) -> float:
-    """Total self time (µs) of the events called ``name``, from raw kineto events.
-
-    The same number as ``sum(e.self_cpu_time_total for e in prof.events() if
-    e.name == name)``: an event's duration minus that of its direct children
-    (events of the same thread nested inside it). It skips ``prof.events()``,
-    which builds a Python object per op event and dominated the benchmark's
-    run time on the eager models (thousands of op events per profiled call).
-    """
-    by_thread: dict[int, list[tuple[int, int, bool]]] = {}
-    for e in events:
-        by_thread.setdefault(e.start_thread_id(), []).append(
-            (e.start_ns(), e.end_ns(), e.name() == name))
-    total_ns = 0
-    for evs in by_thread.values():
-        if not any(is_target for _, _, is_target in evs):
-            continue
-        evs.sort(key=lambda t: (t[0], -t[1]))
-        stack: list[list] = []  # [end, is_target, children_ns]
-        for start, end, is_target in evs:
-            while stack and stack[-1][0] <= start:
-                done = stack.pop()
-                if done[1]:
-                    total_ns += done[3] - done[2]
-            if stack:
-                stack[-1][2] += end - start
-            stack.append([end, is_target, 0, end - start])
-        for done in stack:
-            if done[1]:
-                total_ns += done[3] - done[2]
-    return total_ns / 1e3
 
 
 def interleaved_lookups(fns: list[Callable[[], object]], rounds: int,
