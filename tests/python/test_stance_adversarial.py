@@ -580,6 +580,114 @@ def reset_between_phases(run: Run) -> None:
         run.all_orders(t, second)
 
 
+# --- partial activation, free tensors, modules as arguments ------------------
+
+# guardjit.compile in test_partial_activation; torch.compile elsewhere (plain
+# torch, and under guardjit.install(), where every unit is converted anyway).
+_PARTIAL_COMPILE: list = [torch.compile]
+
+
+@adv()
+def partial_activation(run: Run) -> None:
+    """One code, two wrappers sharing its cache (one backend): units compiled
+    through guardjit.compile (converted) and through plain torch.compile
+    (opaque to guardjit unless it is installed), interleaved."""
+    fn = S._cache_line_fn
+    gj = Target(_PARTIAL_COMPILE[0](fn, backend=run.backend), fn, fn)
+    plain = Target(torch.compile(fn, backend=run.backend), fn, fn)
+    x = torch.ones(2)
+    inputs = [("a=None (plain)", (x,), {"a": None}), ("a=1 (guardjit)", (x,), {"a": 1}),
+              ("b=1 (plain)", (x,), {"b": 1}), ("a=1,b=1 (guardjit)", (x,), {"a": 1, "b": 1})]
+    for (label, args, kw), t in zip(inputs, (plain, gj, plain, gj)):
+        run.call(label, t, *args, **kw)
+    with run.stance():
+        run.all_orders(plain, inputs[:3])
+        for label, args, kw in inputs * 2:
+            run.call(label, gj, *args, **kw)
+            run.call(label, plain, *args, **kw)
+
+
+_FREE = torch.ones(2)
+
+
+def _free_fn(x):
+    return x + _FREE
+
+
+@adv()
+def install_free_tensors(run: Run) -> None:
+    """install_free_tensors=True: a global tensor is a graph input with a
+    TENSOR_MATCH of its own; rebound to another dtype and back."""
+    global _FREE
+    saved = _FREE
+    x = torch.ones(2)
+    f32, f64 = torch.ones(2), torch.ones(2, dtype=torch.float64) * 2
+    try:
+        with torch._dynamo.config.patch(install_free_tensors=True):
+            t = _t(run, _free_fn)
+            for label, value in (("float32", f32), ("float64", f64)):
+                _FREE = value
+                run.call(label, t, x)
+            with run.stance():
+                for label, value in (("float32", f32), ("float64", f64), ("float64", f64),
+                                     ("float32", f32), ("float32", f32), ("float64", f64)):
+                    _FREE = value
+                    run.call(label, t, x)
+    finally:
+        _FREE = saved
+
+
+def _module_arg_fn(x, m):
+    return m(x)
+
+
+@adv()
+def modules_as_arguments_and_deleted(run: Run) -> None:
+    """nn.Modules passed as arguments (two of one class, different weights,
+    one of another class); one dies, a new one is compiled."""
+    torch.manual_seed(0)
+    t = _t(run, _module_arg_fn)
+    x = torch.ones(1, 2)
+    ms = {"lin a": torch.nn.Linear(2, 2), "lin b": torch.nn.Linear(2, 2),
+          "tanh": torch.nn.Tanh()}
+    with torch.no_grad():
+        for label, m in ms.items():
+            run.call(label, t, x, m)
+        with run.stance():
+            run.all_orders(t, [(label, (x, m), {}) for label, m in ms.items()])
+        del ms["lin a"]
+        gc.collect()
+        ms["lin c"] = torch.nn.Linear(2, 2)
+        run.call("lin c", t, x, ms["lin c"])
+        with run.stance():
+            run.all_orders(t, [(label, (x, m), {}) for label, m in ms.items()])
+
+
+_SENT1, _SENT2 = object(), object()  # neither weakly referenceable nor immortal
+
+
+def _sentinel_fn(x, s):
+    if s is _SENT1:
+        return x + 1
+    if s is _SENT2:
+        return x + 2
+    return x + 3
+
+
+@adv()
+def sentinels_not_weakrefable(run: Run) -> None:
+    """object() sentinels compared with ``is``: guards on objects guardjit
+    cannot track (no weakref, not immortal), beside a None argument."""
+    t = _t(run, _sentinel_fn)
+    x = torch.ones(2)
+    inputs = [("sentinel 1", (x, _SENT1), {}), ("sentinel 2", (x, _SENT2), {}),
+              ("None", (x, None), {})]
+    for label, args, kw in inputs:
+        run.call(label, t, *args, **kw)
+    with run.stance():
+        run.all_orders(t, inputs)
+
+
 # --- running -----------------------------------------------------------------
 
 def run_adv(name: str, oracle: bool) -> list[dict]:
@@ -653,6 +761,22 @@ def policy(request):
 def test_adversarial_routes_like_a_full_lookup(name, policy, torch_calls):
     calls = run_adv(name, oracle=True)
     _judge(name, calls, torch_calls[name])
+
+
+def test_partial_activation(torch_calls):
+    """guardjit.compile beside plain torch.compile on one code, without
+    guardjit.install(): the plain units are opaque, and the guardjit units
+    keep their whole sets against them."""
+    import guardjit
+
+    _PARTIAL_COMPILE[0] = guardjit.compile
+    before = guardjit.stats()["diffset_opaque"]
+    try:
+        calls = run_adv("partial_activation", oracle=True)
+    finally:
+        _PARTIAL_COMPILE[0] = torch.compile
+    _judge("partial_activation", calls, torch_calls["partial_activation"])
+    assert guardjit.stats()["diffset_opaque"] > before
 
 
 def test_adversarial_with_autoload_interpreter(torch_calls):
