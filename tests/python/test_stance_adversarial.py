@@ -765,6 +765,36 @@ def test_adversarial_routes_like_a_full_lookup(name, policy, torch_calls):
     _judge(name, calls, torch_calls[name])
 
 
+def test_lone_read_is_not_an_empty_root(policy):
+    """The regression behind hasattr_read_only_difference: the unit whose
+    reduced set is one guard-less read gets a compiled root that rejects the
+    other unit's input, not a root with no guards."""
+    from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    from guardjit import stance
+
+    opt = torch.compile(_hasattr_fn, backend="eager",
+                        options={"guard_filter_fn": _keep_hasattr_and_type})
+    x = torch.zeros(2)
+    with_a, without = _Obj(), _Obj()
+    with_a.a = 1
+    opt(x, with_a)
+    opt(x, without)
+    kinds = {}
+    for e in _debug_get_cache_entry_list(_hasattr_fn.__code__):
+        st = stance.state(e.guard_manager)
+        kinds[str(e.compile_id)] = (st.kind, st.guards_out)
+        if st.kind == "reduced" and st.guards_out == 0:
+            frame = {"x": x, "o": with_a}
+            assert st.check(frame) and not st.check({"x": x, "o": without})
+    assert kinds["0/0"] != ("empty", 0), kinds
+    if policy != "guarded-minimal":
+        assert kinds["0/0"] == ("reduced", 0), kinds
+    with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
+        assert opt(x, with_a).tolist() == [1.0, 1.0]
+        assert opt(x, without).tolist() == [-1.0, -1.0]  # 0/0 is at the front
+
+
 def test_partial_activation(torch_calls):
     """guardjit.compile beside plain torch.compile on one code, without
     guardjit.install(): the plain units are opaque, and the guardjit units
