@@ -28,7 +28,9 @@ entry serve every input. guardjit therefore computes the diff roots itself:
 3. :func:`diffsets` (``_core.diffsets``, docs/diffsets.md) reduces the sets
    under ``plugin.config.diffset_policy``; each reduced set is bound,
    JIT-compiled and installed as a ``RootGuardManager`` with one lambda guard
-   (an empty one has no guard at all, so torch's has-no-guards path applies).
+   (an empty one, with no guard and no guard-less read, has no guard at all,
+   so torch's has-no-guards path applies; a lone read such as HASATTR's is
+   a check).
    A reduced set equal to the unit's full set reuses the unit's root.
 4. All new roots are built first (the JIT releases the GIL), then installed
    together, holding the GIL, with ``update_diff_guard_root_manager()`` for
@@ -237,7 +239,10 @@ def update(code: Any, new_wrapper: Any, *, policy: str, mode: str, opt_level: st
         if n_out == n_in and not rebuild:
             plan.append((w, ("full", w.root, None, n_in, n_out)))
             continue
-        if n_out == 0:
+        # No guard and no read: nothing to check (a guard-less read, e.g.
+        # Dynamo's HASATTR getattr manager, is a check: it fails when the
+        # attribute is missing, so such a set is built like any other).
+        if n_out == 0 and reduced.num_values <= 1:
             root = st.reduced_root if st.text == "" and not rebuild else RootGuardManager()
             st.text, st.reduced_root, st.reduced_check = "", root, None
             plan.append((w, ("empty", root, None, n_in, n_out)))
