@@ -97,9 +97,11 @@ class Recording:
     aliasing_parts_native: int = 0
     aliasing_parts_python: int = 0
     aliasing_python_reasons: list[str] = dataclasses.field(default_factory=list)
-    # id(f_globals dict) -> its globals value; values of tensor properties
+    # id(f_globals dict) -> its globals value; values that are the result of
+    # a call (tensor properties, call and lambda accessors), which an
+    # aliasing part does not share with Dynamo's tree
     globals_values: dict[int, int] = dataclasses.field(default_factory=dict)
-    tensor_prop_values: set[int] = dataclasses.field(default_factory=set)
+    fresh_values: set[int] = dataclasses.field(default_factory=set)
 
     def object_id(self, kind: str, obj: Any, strong: bool) -> int:
         key = (kind, id(obj))
@@ -331,6 +333,8 @@ def _on_accessor(method: str, mgr: Any, child: Any, args: tuple, kwargs: dict) -
                            origin=rec.origin_id(_state.creating))
     if kind == "globals":
         rec.globals_values.setdefault(id(a["f_globals"]), vid)
+    elif kind in ("call_function_no_args", "lambda"):
+        rec.fresh_values.add(vid)  # a call: Python's evaluation would call again
     rec.nodes[id(child)] = (child, vid, example)
     rec.by_source.setdefault(source, vid)
     rec.examples[vid] = example
@@ -606,7 +610,7 @@ def _aliasing_guard(rec: Recording, guard: Any, code_part: str, verbose: str,
 
     def resolve(text: str) -> int | None:
         vid = rec.by_source.get(text)
-        if vid is None or vid in rec.tensor_prop_values:
+        if vid is None or vid in rec.fresh_values:
             return None
         return vid
 
@@ -710,7 +714,7 @@ def _tensor_property(rec: Recording, vid: int, kind: str, index: int, source: st
     if pvid is None:
         pvid = rec.ir.add_value(kind, vid, source, "", index, -1)
         rec.tensor_props[key] = pvid
-        rec.tensor_prop_values.add(pvid)
+        rec.fresh_values.add(pvid)
     return pvid
 
 
