@@ -3,7 +3,10 @@
     python scripts/python-frames.py [--rounds N] [MODEL ...]
 
 MODEL: shared-config-decoder (48 layers, guardjit.models), or a bench corpus
-name (deep-decoder, decoder, gpt2, ...; full size). For every compile unit:
+name (deep-decoder, decoder, gpt2, ...; full size). --legacy-lambdas records
+the aliasing parts and the saved-tensors-hooks lambda as Python lambdas, as
+guardjit did before they were lowered (one lambda per aliasing part), for a
+before/after comparison with one build. For every compile unit:
 the Python frames one check of Dynamo's root and of the installed root
 enter (guardjit.frames.count_python_frames) on the frame locals of a real
 call, the functions they are in, and the interleaved check times
@@ -59,12 +62,25 @@ def measure(name: str, rounds: int) -> dict:
     return out
 
 
+def _legacy_lambdas() -> None:
+    from guardjit import aliasing, lambdas, recorder
+
+    def refuse(*_args, **_kwargs):
+        raise aliasing.Unsupported("--legacy-lambdas")
+
+    recorder._aliasing_guard = refuse
+    lambdas.saved_tensors_hooks = lambda fn: None
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("models", nargs="*",
                    default=["shared-config-decoder", "deep-decoder", "decoder", "gpt2"])
     p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--legacy-lambdas", action="store_true")
     a = p.parse_args()
+    if a.legacy_lambdas:
+        _legacy_lambdas()
     for name in a.models:
         print(json.dumps(measure(name, a.rounds)), flush=True)
 
