@@ -81,6 +81,7 @@ int guardArity(GuardKind K) {
   case GuardKind::TorchFunctionModeStack:
   case GuardKind::EpilogueLambda:
   case GuardKind::DualLevelMatch:
+  case GuardKind::SavedTensorsHooks:
     return 0;
   case GuardKind::ObjectAliasing:
     return 2;
@@ -112,6 +113,7 @@ bool guardReadsObject(GuardKind K) {
   case GuardKind::SetContains:
   case GuardKind::DispatchKeySetMatch:
   case GuardKind::DualLevelMatch:
+  case GuardKind::SavedTensorsHooks:
     return true;
   default:
     return false;

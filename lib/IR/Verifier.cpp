@@ -71,6 +71,7 @@ ObjectRule guardObject(GuardKind K) {
     return {Use::Optional, bit(ObjectKind::State)}; // kept for debugging
   case GuardKind::TupleIteratorLen:
   case GuardKind::RangeIteratorMatch:
+  case GuardKind::SavedTensorsHooks: // torch.fx.GraphModule
   case GuardKind::DispatchKeySetMatch:
   case GuardKind::FakeScriptTypeMatch:
     return {Use::Required, bit(ObjectKind::Type)};
@@ -311,7 +312,18 @@ private:
       report(Diag::Guard, I, Diag::Whole,
              "range_iterator_match needs ints=[start, stop, step], got " +
                  Twine(G.Ints.size()) + " integer(s)");
-    else if (G.Kind != GuardKind::RangeIteratorMatch && !G.Ints.empty())
+    else if (G.Kind == GuardKind::SavedTensorsHooks) {
+      if (G.Int != 0 && G.Int != 1)
+        report(Diag::Guard, I, Diag::Whole,
+               "saved_tensors_hooks needs int=0 (no inlineable hooks) or "
+               "int=1 (hooks with ids), got " +
+                   Twine(G.Int));
+      else if (G.Ints.size() != (G.Int ? 2u : 0u))
+        report(Diag::Guard, I, Diag::Whole,
+               G.Int ? "saved_tensors_hooks int=1 needs ints=[pack id, "
+                       "unpack id]"
+                     : "saved_tensors_hooks int=0 takes no ints");
+    } else if (G.Kind != GuardKind::RangeIteratorMatch && !G.Ints.empty())
       report(Diag::Guard, I, Diag::Whole, Twine(Kind) + " takes no ints");
     if (G.Kind == GuardKind::StorageOverlapping &&
         (G.Int < 0 || static_cast<uint64_t>(G.Int) > N))

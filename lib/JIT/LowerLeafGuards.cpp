@@ -2,7 +2,7 @@
 //
 // Guards on one value (TYPE_MATCH, ID_MATCH, EQUALS_MATCH, DICT_CONTAINS, ...)
 // and the ambient ones on no value (GLOBAL_STATE, DEFAULT_DEVICE, the mode
-// stack). Identity and type tests are inline compares; the rest call the
+// stack, the saved-tensors hooks). Identity and type tests are inline compares; the rest call the
 // gj_rt_* helper the interpreter calls (Runtime/RuntimeHelpers.h).
 //
 //===----------------------------------------------------------------------===//
@@ -133,6 +133,12 @@ llvm::Value *Lowerer::emitLeafGuard(size_t Index, LoweringStats &Stats) {
   case GuardKind::DualLevelMatch:
     Ok = Call("gj_rt_dual_level_match", {PtrTy, I64},
               {object(G.Object), ConstantInt::get(I64, G.Int)});
+    break;
+  case GuardKind::SavedTensorsHooks:
+    Ok = Call("gj_rt_saved_tensors_hooks", {PtrTy, I64, I64, I64},
+              {object(G.Object), ConstantInt::get(I64, G.Int),
+               ConstantInt::get(I64, G.Int ? G.Ints[0] : 0),
+               ConstantInt::get(I64, G.Int ? G.Ints[1] : 0)});
     break;
   case GuardKind::Lambda:
     Ok = Call("gj_rt_lambda", {PtrTy, PtrTy}, {object(G.Object), V});

@@ -1,7 +1,9 @@
 //===- LowerRelational.cpp - Guards over several values -------------------===//
 //
 // OBJECT_ALIASING, NO_TENSOR_ALIASING and STORAGE_OVERLAPPING: guards whose
-// operands are several values, scheduled after the last of them.
+// operands are several values. NO_TENSOR_ALIASING and STORAGE_OVERLAPPING are
+// scheduled after their last operand; the OBJECT_ALIASING guards of a set are
+// fused into one block after every value (emitFusedAliasing).
 //
 //===----------------------------------------------------------------------===//
 #include "Lowerer.h"
@@ -9,6 +11,7 @@
 #include "guardjit/Runtime/CPythonABI.h"
 #include "guardjit/Runtime/RuntimeHelpers.h"
 
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/IR/IRBuilder.h"
 
 using namespace llvm;
@@ -24,18 +27,14 @@ bool Lowerer::isRelationalGuard(GuardKind K) {
 llvm::Value *Lowerer::emitRelationalGuard(size_t Index, LoweringStats &Stats) {
   const Guard &G = S.guards()[Index];
   std::string P = prefix('g', Index);
-  llvm::Value *V = G.Operands.empty() ? nullptr : Vals[G.Operands.front()];
   auto Call = [&](StringRef Fn, ArrayRef<Type *> Params,
                   ArrayRef<llvm::Value *> Args) {
     return callCheck(Fn, Params, Args, P, Stats);
   };
-  auto Inline = [&](llvm::Value *Ok) { return inlineCheck(Ok, Stats); };
   llvm::Value *Ok = nullptr;
   switch (G.Kind) {
   case GuardKind::ObjectAliasing:
-    // Both reads are plain pointers: `x is y` is one compare.
-    Ok = Inline(B.CreateICmpEQ(V, Vals[G.Operands[1]], P + ".same"));
-    break;
+    llvm_unreachable("object aliasing guards are fused (emitFusedAliasing)");
   case GuardKind::StorageOverlapping:
   case GuardKind::NoTensorAliasing: {
     // The operand array lives in the entry block's frame; filled here.
@@ -61,6 +60,51 @@ llvm::Value *Lowerer::emitRelationalGuard(size_t Index, LoweringStats &Stats) {
     llvm_unreachable("not a relational guard");
   }
   return Ok;
+}
+
+/// All OBJECT_ALIASING guards of the set as one block. Each guard is
+/// `x is y` over two values (plain pointers, read once each by the value
+/// loop); their conjunction holds iff, in every class of values connected by
+/// the guards, all members are the same object, i.e. each member equals the
+/// class's first member (identity is an equivalence). So a union-find over
+/// the operands gives one compare per value beyond the first of its class
+/// (48 pairs `layer_i.cfg is cfg` are 48 compares against one loaded `cfg`),
+/// and-ed into one branch. The interpreter checks the pairs one by one; the
+/// answer is the same.
+void Lowerer::emitFusedAliasing(ArrayRef<size_t> Indices,
+                                LoweringStats &Stats) {
+  if (Indices.empty())
+    return;
+  // Named after the first guard, as every guard block is.
+  std::string P = prefix('g', Indices.front());
+  beginBlock(P + ".object_aliasing");
+  DenseMap<ValueId, ValueId> Leader;
+  std::vector<ValueId> Order; // operands in first-use order
+  auto Find = [&](ValueId X) {
+    auto [It, New] = Leader.try_emplace(X, X);
+    if (New)
+      Order.push_back(X);
+    while (Leader[X] != X)
+      X = Leader[X] = Leader[Leader[X]];
+    return X;
+  };
+  for (size_t I : Indices) {
+    const Guard &G = S.guards()[I];
+    ValueId A = Find(G.Operands[0]), C = Find(G.Operands[1]);
+    if (A != C)
+      Leader[std::max(A, C)] = std::min(A, C);
+  }
+  llvm::Value *Ok = nullptr;
+  for (ValueId X : Order) {
+    ValueId Rep = Find(X);
+    if (Rep == X)
+      continue;
+    llvm::Value *Same = B.CreateICmpEQ(Vals[X], Vals[Rep], P + ".same");
+    Ok = Ok ? B.CreateAnd(Ok, Same, P + ".all") : Same;
+  }
+  Stats.NumInlined += Indices.size();
+  if (Ok) // else every guard was `x is x`
+    failUnless(Ok);
 }
 
 } // namespace guardjit

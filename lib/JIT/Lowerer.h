@@ -143,6 +143,8 @@ private:
   /// LowerRelational.cpp: guards over several values.
   static bool isRelationalGuard(GuardKind K);
   llvm::Value *emitRelationalGuard(size_t Index, LoweringStats &Stats);
+  /// The OBJECT_ALIASING guards `Indices`, fused into one block.
+  void emitFusedAliasing(llvm::ArrayRef<size_t> Indices, LoweringStats &Stats);
 
   // --- LowerShapeExpr.cpp.
   void emitShapeGuard(size_t Index);

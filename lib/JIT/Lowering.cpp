@@ -8,7 +8,8 @@
 // Order of evaluation (the answer is a conjunction, so order only affects
 // speed): root guards without operands, then each value in id order followed
 // at once by the guards whose last operand it is (the object was just
-// touched), then epilogue lambdas over the frame locals.
+// touched), then every OBJECT_ALIASING guard in one fused block, then the
+// shape expressions, then epilogue lambdas over the frame locals.
 //
 // New references are released through a chain of cleanup blocks: a failure
 // after the k-th new reference branches to "fail.release.vN" of that
@@ -112,6 +113,10 @@ Error Lowerer::validate() const {
                                describe(I).c_str(), G.Aux);
     if (G.Kind == GuardKind::RangeIteratorMatch && G.Ints.size() != 3)
       return createStringError("%s needs ints=[start, stop, step]",
+                               describe(I).c_str());
+    if (G.Kind == GuardKind::SavedTensorsHooks &&
+        G.Ints.size() != (G.Int ? 2u : 0u))
+      return createStringError("%s needs ints=[pack id, unpack id] iff int=1",
                                describe(I).c_str());
     if (G.Kind == GuardKind::StorageOverlapping &&
         (G.Int < 0 || static_cast<uint64_t>(G.Int) > G.Operands.size()))
@@ -236,13 +241,16 @@ Expected<Function *> Lowerer::run(StringRef Name, LoweringStats &Stats) {
   std::vector<std::vector<size_t>> After(NumValues);
   // Shape guards are Dynamo's SHAPE_ENV epilogue: after every value and
   // guard, before the epilogue lambdas (as in the interpreter).
-  std::vector<size_t> Ambient, Epilogue, Shape;
+  // Object-aliasing guards are fused into one block after every value.
+  std::vector<size_t> Ambient, Aliasing, Epilogue, Shape;
   for (size_t I = 0; I < Guards.size(); ++I) {
     const Guard &G = Guards[I];
     if (G.Kind == GuardKind::EpilogueLambda)
       Epilogue.push_back(I);
     else if (G.Kind == GuardKind::ShapeExpr)
       Shape.push_back(I);
+    else if (G.Kind == GuardKind::ObjectAliasing)
+      Aliasing.push_back(I);
     else if (G.Operands.empty())
       Ambient.push_back(I);
     else
@@ -250,7 +258,8 @@ Expected<Function *> Lowerer::run(StringRef Name, LoweringStats &Stats) {
           .push_back(I);
   }
 
-  // 4. Emit: ambient guards, values with their guards, epilogue.
+  // 4. Emit: ambient guards, values with their guards, aliasing, shapes,
+  // epilogue.
   Vals.assign(NumValues, nullptr);
   Vals[0] = FrameLocals;
   Stats = LoweringStats();
@@ -263,6 +272,7 @@ Expected<Function *> Lowerer::run(StringRef Name, LoweringStats &Stats) {
     for (size_t I : After[Id])
       emitGuard(I, Stats);
   }
+  emitFusedAliasing(Aliasing, Stats);
   for (size_t I : Shape)
     emitGuard(I, Stats);
   for (size_t I : Epilogue)
@@ -352,6 +362,7 @@ ArrayRef<RuntimeSymbol> runtimeSymbols() {
       GJ_SYM(gj_rt_set_contains),
       GJ_SYM(gj_rt_dispatch_key_set_match),
       GJ_SYM(gj_rt_dual_level_match),
+      GJ_SYM(gj_rt_saved_tensors_hooks),
       GJ_SYM(gj_rt_storage_overlapping),
       GJ_SYM(gj_rt_shape_read_int),
       GJ_SYM(gj_rt_shape_read_float),

@@ -190,6 +190,14 @@ BoundGuardSet::bind(std::shared_ptr<const GuardSet> SetPtr,
       if (G.Ints.size() != 3)
         return Fail(describeGuard(S, I) + ": needs ints=[start, stop, step]");
       break;
+    case GuardKind::SavedTensorsHooks:
+      if (!PyType_Check(obj(G.Object)))
+        return Fail(describeGuard(S, I) +
+                    ": object must be the torch.fx.GraphModule class");
+      if ((G.Int != 0 && G.Int != 1) || G.Ints.size() != (G.Int ? 2u : 0u))
+        return Fail(describeGuard(S, I) +
+                    ": needs int=0, or int=1 and ints=[pack id, unpack id]");
+      break;
     case GuardKind::FakeScriptTypeMatch:
       if (!objectOk(G.Aux) || !PyType_Check(obj(G.Aux)))
         return Fail(describeGuard(S, I) +

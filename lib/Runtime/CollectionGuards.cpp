@@ -4,7 +4,8 @@
 // mappings and ambient state: TUPLE_ITERATOR_LEN, RANGE_ITERATOR_MATCH,
 // MAPPING_KEYS_MATCH, SET_CONTAINS, DISPATCH_KEY_SET_MATCH, DUAL_LEVEL_MATCH,
 // FAKE_SCRIPT_TYPE_MATCH,
-// STORAGE_OVERLAPPING (forwarded to TorchHooks) and the accessors
+// STORAGE_OVERLAPPING and AUTOGRAD_SAVED_TENSORS_HOOKS (forwarded to
+// TorchHooks) and the accessors
 // GradGuardAccessor (TorchHooks), SetGetItemGuardAccessor and
 // TupleIteratorGetItemAccessor. Each mirrors the class of the same name in
 // torch/csrc/dynamo/guards.cpp; the same rule as RuntimeHelpers.cpp applies:
@@ -212,6 +213,18 @@ extern "C" int gj_rt_dual_level_match(PyObject *ForwardAD, int64_t Level) {
   if (L == -1 && PyErr_Occurred())
     PyErr_Clear();
   return L == Level;
+}
+
+extern "C" int gj_rt_saved_tensors_hooks(PyObject *GraphModule,
+                                         int64_t HasIds, int64_t PackId,
+                                         int64_t UnpackId) {
+  const TorchHooks *H = torchHooks();
+  if (!H || !H->savedTensorsHooks)
+    return 0;
+  int R = H->savedTensorsHooks(GraphModule, HasIds != 0, PackId, UnpackId);
+  if (PyErr_Occurred())
+    PyErr_Clear();
+  return R;
 }
 
 extern "C" int gj_rt_storage_overlapping(PyObject *const *Tensors, size_t N,

@@ -319,6 +319,11 @@ bool guardjit::interpret(const BoundGuardSet &B, PyObject *FrameLocals) {
     case GuardKind::DualLevelMatch:
       Pass = gj_rt_dual_level_match(Objs[G.Object], G.Int);
       break;
+    case GuardKind::SavedTensorsHooks:
+      Pass = gj_rt_saved_tensors_hooks(Objs[G.Object], G.Int,
+                                       G.Int ? G.Ints[0] : 0,
+                                       G.Int ? G.Ints[1] : 0);
+      break;
     case GuardKind::Lambda:
       Pass = gj_rt_lambda(Objs[G.Object], V);
       break;

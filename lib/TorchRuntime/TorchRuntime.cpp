@@ -2,7 +2,8 @@
 //
 // The ATen-backed TorchHooks table. Each check mirrors torch 2.13's
 // torch/csrc/dynamo/guards.cpp (TensorCheck::check, GlobalStateGuard::check,
-// TORCH_FUNCTION_MODE_STACK) and torch/csrc/dynamo/guards.h (LocalState);
+// TORCH_FUNCTION_MODE_STACK), torch/csrc/dynamo/guards.h (LocalState) and
+// the AUTOGRAD_SAVED_TENSORS_HOOKS lambda of torch/_dynamo/guards.py;
 // docs/guard-semantics.md §5–§6 records the 2.13 experiments behind them.
 //
 // No exception leaves this file: every ATen call that can throw is inside a
@@ -18,6 +19,7 @@
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <ATen/PythonTorchFunctionTLS.h>
+#include <ATen/SavedTensorHooks.h>
 #include <ATen/autocast_mode.h>
 #include <c10/core/DefaultDtype.h>
 #include <c10/core/GradMode.h>
@@ -587,11 +589,57 @@ int tensorProperty(PyObject *Value, int Property, int64_t Index,
   }
 }
 
-const TorchHooks AtenHooks = {readLocalState, tensorMatch,
-                              globalState,    torchFunctionModeStack,
-                              prepare,        release,
-                              tensorGrad,     storageOverlapping,
-                              tensorProperty};
+//===----------------------------------------------------------------------===//
+// AUTOGRAD_SAVED_TENSORS_HOOKS
+//===----------------------------------------------------------------------===//
+
+/// Dynamo's lambda, torch 2.13 torch/_dynamo/guards.py
+/// GuardBuilder.AUTOGRAD_SAVED_TENSORS_HOOKS, is
+///
+///   fn(x) = guard_hooks_ids == hooks_ids_fn(get_hooks())
+///   get_hooks() = torch._C._autograd._top_saved_tensors_default_hooks(True)
+///   hooks_ids_fn(h) = tuple(map(id, h)) if saved_tensors_hooks_are_inlineable(h)
+///                     else None
+///   saved_tensors_hooks_are_inlineable(h) =   (_functorch/_aot_autograd/utils.py)
+///       bool(h) and isinstance(pack, torch.fx.GraphModule)
+///               and isinstance(unpack, torch.fx.GraphModule)
+///
+/// and the binding (torch/csrc/autograd/init.cpp) returns None or the pair
+/// (pack, unpack) of at::SavedTensorDefaultHooks::get_hooks(ignore_is_tracing)
+/// -- the function called here. `and` short-circuits, so unpack is tested
+/// only when pack is a GraphModule; an isinstance that raises makes the
+/// lambda raise, which fails the guard. ids are compared as the ints Dynamo
+/// keeps (it holds no reference to the hooks, and neither does this guard).
+int savedTensorsHooks(PyObject *GraphModule, int HasIds, int64_t PackId,
+                      int64_t UnpackId) {
+  try {
+    std::optional<std::pair<c10::SafePyObject, c10::SafePyObject>> Hooks =
+        at::SavedTensorDefaultHooks::get_hooks(/*ignore_is_tracing=*/true);
+    if (!Hooks)
+      return !HasIds;
+    PyObject *Pack = Hooks->first.ptr(getPyInterpreter());
+    PyObject *Unpack = Hooks->second.ptr(getPyInterpreter());
+    int Inlineable = PyObject_IsInstance(Pack, GraphModule);
+    if (Inlineable > 0)
+      Inlineable = PyObject_IsInstance(Unpack, GraphModule);
+    if (Inlineable < 0) {
+      PyErr_Clear();
+      return 0;
+    }
+    if (!Inlineable)
+      return !HasIds;
+    return HasIds && reinterpret_cast<intptr_t>(Pack) == PackId &&
+           reinterpret_cast<intptr_t>(Unpack) == UnpackId;
+  } catch (...) {
+    return 0;
+  }
+}
+
+const TorchHooks AtenHooks = {readLocalState,   tensorMatch,
+                              globalState,      torchFunctionModeStack,
+                              prepare,          release,
+                              tensorGrad,       storageOverlapping,
+                              tensorProperty,   savedTensorsHooks};
 
 } // namespace
 

@@ -29,6 +29,7 @@ static bool mayRunPython(GuardKind K) {
   case GuardKind::DimensionMarking:
   case GuardKind::Lambda:
   case GuardKind::EpilogueLambda:
+  case GuardKind::SavedTensorsHooks: // isinstance() on the user's hooks
     return true;
   default:
     return false;

@@ -105,7 +105,10 @@ def stats() -> dict[str, Any]:
     Python) and ``guards_python`` (Dynamo's Python lambda guards, called as
     Python); ``native_fraction`` = guards_native / guards_total;
     ``sets_native_fraction`` = converted units / units seen;
-    ``compile_ms_total`` (LLVM compile time, ms); ``fallback_reasons``
+    ``compile_ms_total`` (LLVM compile time, ms); ``shape_parts_native`` /
+    ``shape_parts_python`` and ``aliasing_parts_native`` /
+    ``aliasing_parts_python`` (SHAPE_ENV and object-aliasing code parts
+    checked natively / left in a Python lambda); ``fallback_reasons``
     ({reason: count} for the units left on Dynamo's tree); ``pipeline`` (the
     pass pipeline run on every set, ``plugin.config.pipeline`` /
     GUARDJIT_PIPELINE), ``pipeline_sets``, ``pipeline_guards_in/out`` and

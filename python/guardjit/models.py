@@ -143,6 +143,63 @@ class TwoInputMLP(nn.Module):
         return torch.relu(self.a(x)) * self.gate + self.b(y)
 
 
+# --- a user-written decoder whose layers share one config object --------------
+
+class DecoderConfig:
+    """A plain config object (not an nn.Module), shared by every layer."""
+
+    def __init__(self, d: int, heads: int, layers: int) -> None:
+        self.d = d
+        self.heads = heads
+        self.layers = layers
+        self.eps = 1e-5
+        self.softcap = 30.0
+
+
+class SharedConfigBlock(nn.Module):
+    def __init__(self, cfg: DecoderConfig, index: int) -> None:
+        super().__init__()
+        self.cfg = cfg  # the same object in every layer: Dynamo guards aliasing
+        self.qkv = nn.Linear(cfg.d, 3 * cfg.d, bias=False)
+        self.proj = nn.Linear(cfg.d, cfg.d, bias=False)
+        self.up = nn.Linear(cfg.d, 2 * cfg.d, bias=False)
+        self.down = nn.Linear(2 * cfg.d, cfg.d, bias=False)
+        # float attributes Dynamo guards on
+        self.attn_scale = 1.0 / math.sqrt(cfg.d // cfg.heads)
+        self.residual_scale = 1.0 / math.sqrt(2.0 * cfg.layers)
+        self.depth_scale = 1.0 - 0.5 * index / cfg.layers
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        cfg = self.cfg
+        b, t, d = x.shape
+        h = nn.functional.layer_norm(x, (d,), eps=cfg.eps)
+        q, k, v = self.qkv(h).view(b, t, 3, cfg.heads, d // cfg.heads).unbind(2)
+        q, k, v = (z.transpose(1, 2) for z in (q, k, v))
+        s = (q @ k.transpose(-2, -1)) * self.attn_scale
+        s = cfg.softcap * torch.tanh(s / cfg.softcap)
+        a = (s.softmax(-1) @ v).transpose(1, 2).reshape(b, t, d)
+        x = x + self.residual_scale * self.proj(a)
+        h = nn.functional.layer_norm(x, (d,), eps=cfg.eps)
+        return x + self.residual_scale * self.depth_scale * self.down(torch.relu(self.up(h)))
+
+
+class SharedConfigDecoder(nn.Module):
+    def __init__(self, layers: int = 48, d: int = 32, heads: int = 2, vocab: int = 256) -> None:
+        super().__init__()
+        self.cfg = DecoderConfig(d, heads, layers)
+        self.tok = nn.Embedding(vocab, d)
+        self.blocks = nn.ModuleList(SharedConfigBlock(self.cfg, i) for i in range(layers))
+        self.head = nn.Linear(d, vocab, bias=False)
+        self.logit_scale = 1.0
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.tok(ids)
+        for block in self.blocks:
+            x = block(x)
+        h = nn.functional.layer_norm(x, (self.cfg.d,), eps=self.cfg.eps)
+        return self.head(h) * self.logit_scale
+
+
 # --- mutations ---------------------------------------------------------------
 
 def _replace_arg(i: int, fn: Callable[[torch.Tensor], Any]):
@@ -243,6 +300,34 @@ def two_input_mlp() -> ModelCase:
     })
     return ModelCase("two-input-mlp", model, lambda: (torch.randn(4, 32), torch.randn(4, 32)),
                      mutations)
+
+
+def _own_config_copy(i: int):
+    """Layer ``i`` gets its own copy of the shared config (aliasing broken)."""
+    def mutate(model: nn.Module, args: tuple):
+        import copy
+
+        block = model.blocks[i]
+        shared = block.cfg
+        block.cfg = copy.copy(shared)
+        return args, lambda: setattr(block, "cfg", shared)
+    return mutate
+
+
+def shared_config_decoder(layers: int = 48) -> ModelCase:
+    """A user-written decoder of ``layers`` blocks with float attributes and
+    one config object shared by every block (the object-aliasing guards)."""
+    torch.manual_seed(0)
+    model = SharedConfigDecoder(layers).eval()
+    mutations = _common()
+    mutations.update({
+        "one layer gets its own config copy": _own_config_copy(layers // 2),
+        "last layer gets its own config copy": _own_config_copy(layers - 1),
+        "block float attribute (depth_scale)": _set_attr(lambda m: m.blocks[1], "depth_scale", 0.3),
+        "config eps": _set_attr(lambda m: m.cfg, "eps", 1e-3),
+    })
+    return ModelCase(f"shared-config-decoder-{layers}L", model,
+                     lambda: (torch.randint(0, 256, (2, 8)),), mutations)
 
 
 DEFAULT_MODELS: dict[str, Callable[[], ModelCase]] = {

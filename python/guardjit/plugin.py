@@ -282,8 +282,12 @@ def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
     _counters["compile_ms_total"] += compile_ms
     _counters["shape_parts_native"] += rec.shape_parts_native
     _counters["shape_parts_python"] += rec.shape_parts_python
+    _counters["aliasing_parts_native"] += rec.aliasing_parts_native
+    _counters["aliasing_parts_python"] += rec.aliasing_parts_python
     for why in rec.shape_python_reasons:
         log.debug("compile unit %s: shape guard left in Python: %s", compile_id, why)
+    for why in rec.aliasing_python_reasons:
+        log.debug("compile unit %s: aliasing part left in Python: %s", compile_id, why)
     if config.keep_units:
         _units.append(Unit(
             name=compile_id, status=status, guards=total, python_guards=python_guards,
@@ -439,6 +443,10 @@ def stats() -> dict[str, Any]:
         # expressions / left in a Python epilogue lambda.
         "shape_parts_native": c.get("shape_parts_native", 0),
         "shape_parts_python": c.get("shape_parts_python", 0),
+        # Object-aliasing code parts (DUPLICATE_INPUT) of converted units
+        # checked as object_aliasing guards / left in a Python lambda each.
+        "aliasing_parts_native": c.get("aliasing_parts_native", 0),
+        "aliasing_parts_python": c.get("aliasing_parts_python", 0),
         "fallback_reasons": dict(_reasons),
         "pipeline": config.pipeline,
         "pipeline_sets": c.get("pipeline_sets", 0),

@@ -30,6 +30,8 @@ import torch._dynamo.guards as dynamo_guards
 from torch._C._dynamo import guards as C
 
 from guardjit import _core, shapes, stable_text
+from guardjit import aliasing as aliasing_parts
+from guardjit import lambdas
 
 _GM = C.GuardManager
 _DGM = C.DictGuardManager
@@ -89,6 +91,21 @@ class Recording:
     # id(manager) of indexed_manager children: they stand for their parent's
     # value only as SYMBOLIC_SHAPE_GUARD feeders; a leaf guard there is refused.
     indexed: set[int] = dataclasses.field(default_factory=set)
+    # id(manager) of managers below an empty DictGuardManager, which Dynamo
+    # never checks, and the (id(manager), kind) of their leaf guards.
+    dead: set[int] = dataclasses.field(default_factory=set)
+    dead_guards: set[tuple[int, str]] = dataclasses.field(default_factory=set)
+    # SHAPE_ENV guards waiting for the end of the build (_record_shape_env).
+    pending_shapes: list[tuple] = dataclasses.field(default_factory=list)
+    # Object-aliasing code parts read natively / left in Python (and why).
+    aliasing_parts_native: int = 0
+    aliasing_parts_python: int = 0
+    aliasing_python_reasons: list[str] = dataclasses.field(default_factory=list)
+    # id(f_globals dict) -> its globals value; values that are the result of
+    # a call (tensor properties, call and lambda accessors), which an
+    # aliasing part does not share with Dynamo's tree
+    globals_values: dict[int, int] = dataclasses.field(default_factory=dict)
+    fresh_values: set[int] = dataclasses.field(default_factory=set)
 
     def object_id(self, kind: str, obj: Any, strong: bool) -> int:
         key = (kind, id(obj))
@@ -151,10 +168,19 @@ def reset() -> None:
 
 
 def take(root: Any) -> Recording | None:
-    """Removes and returns the recording of ``root`` (a RootGuardManager)."""
+    """Removes and returns the recording of ``root`` (a RootGuardManager),
+    finished: the SHAPE_ENV code parts are translated now that every value
+    of the tree exists (see _record_shape_env)."""
     rec = _state.recordings.pop(id(root), None)
     if rec is not None and rec.root is not root:
         return None
+    if rec is not None:
+        pending, rec.pending_shapes = rec.pending_shapes, []
+        for args in pending:
+            try:
+                _translate_shape_env(rec, *args)
+            except Exception as e:  # never raise into Dynamo: the unit falls back
+                rec.fail(f"SHAPE_ENV: {type(e).__name__}: {e}")
     return rec
 
 
@@ -268,10 +294,16 @@ def _on_accessor(method: str, mgr: Any, child: Any, args: tuple, kwargs: dict) -
     kind, names = _ACCESSORS[method]
     a = _bind_args(names, args, kwargs)
     parent, parent_example = _node(rec, mgr)
-    if isinstance(mgr, _DGM) and not parent_example:
-        rec.fail("guards under an empty DictGuardManager are not supported yet")
     source = str(a.get("source", ""))
     example = a.get("example_value")
+    if _never_checked(rec, mgr, parent_example):
+        # Below an empty DictGuardManager: Dynamo never reads this value
+        # (the manager returns after its type and size checks), so the IR
+        # has no read for it. Its guards are counted, not recorded (_add).
+        rec.nodes[id(child)] = (child, parent, example)
+        rec.dead.add(id(child))
+        _state.owner[id(child)] = rec
+        return
     if kind == "indexed":
         # IndexedGuardAccessor hands SYMBOLIC_SHAPE_GUARD the pair (idx, value):
         # no read of its own, so its manager stands for the parent's value.
@@ -314,6 +346,10 @@ def _on_accessor(method: str, mgr: Any, child: Any, args: tuple, kwargs: dict) -
         name = g if isinstance(g, str) else ""
     vid = rec.ir.add_value(kind, parent, source, name, index, key,
                            origin=rec.origin_id(_state.creating))
+    if kind == "globals":
+        rec.globals_values.setdefault(id(a["f_globals"]), vid)
+    elif kind in ("call_function_no_args", "lambda"):
+        rec.fresh_values.add(vid)  # a call: Python's evaluation would call again
     rec.nodes[id(child)] = (child, vid, example)
     rec.by_source.setdefault(source, vid)
     rec.examples[vid] = example
@@ -339,7 +375,7 @@ def _obj_from_id(rec: Recording, vid: int, example: Any, obj_id: int, want_type:
 # Root guards over ambient state and epilogue guards (which receive the frame
 # locals dict) have no operand value.
 _NO_OPERAND = frozenset({"global_state", "default_device", "torch_function_mode_stack",
-                         "epilogue_lambda", "dual_level_match"})
+                         "epilogue_lambda", "dual_level_match", "saved_tensors_hooks"})
 
 
 def _add(rec: Recording, mgr: Any, kind: str, torch_kind: str, parts: Any, stack: Any,
@@ -347,10 +383,17 @@ def _add(rec: Recording, mgr: Any, kind: str, torch_kind: str, parts: Any, stack
     vid, example = _node(rec, mgr)
     if id(mgr) in rec.indexed:
         rec.fail("leaf guards under an indexed_manager are not supported")
-    if isinstance(mgr, _DGM) and not example:
+    if _never_checked(rec, mgr, example):
         # An empty DictGuardManager passes after its type and size checks
-        # without running its leaves; the IR has no such short circuit yet.
-        rec.fail("guards under an empty DictGuardManager are not supported yet")
+        # without running its leaves or its accessors (DictGuardManager::
+        # check_nopybind: `if (_size == 0) return true;`): the guard is in
+        # Dynamo's tree, but never checked. Counted for the cross-check, as
+        # the tree holds it (once per manager for the kinds the C++ dedups).
+        key = (id(mgr), torch_kind)
+        if not (dedup and key in rec.dead_guards):
+            rec.dead_guards.add(key)
+            rec.recorded_kinds[torch_kind] = rec.recorded_kinds.get(torch_kind, 0) + 1
+        return
     origin = rec.origin_id(_state.origin)
     duplicate = False
     if dedup:
@@ -373,6 +416,19 @@ def _add(rec: Recording, mgr: Any, kind: str, torch_kind: str, parts: Any, stack
                      file=file, line=line, verbose=_first(parts), **fields)
     if not duplicate:
         rec.recorded_kinds[torch_kind] = rec.recorded_kinds.get(torch_kind, 0) + 1
+
+
+def _never_checked(rec: Recording, mgr: Any, example: Any) -> bool:
+    """Whether Dynamo never runs what hangs below ``mgr`` (whose example
+    value is ``example``): an empty DictGuardManager, or anything under one."""
+    if id(mgr) in rec.dead:
+        return True
+    return isinstance(mgr, _DGM) and isinstance(example, dict) and dict.__len__(example) == 0
+
+
+def _refuse_dead(rec: Recording, managers: Any, what: str) -> None:
+    if any(id(m) in rec.dead for m in managers):
+        raise LookupError(f"{what} over a value below an empty DictGuardManager")
 
 
 def _leaf_type_match(rec, mgr, type_id, parts, stack):
@@ -423,25 +479,42 @@ def _leaf_no_hasattr(rec, mgr, attr, parts, stack):
 
 
 def _leaf_lambda(rec, mgr, fn, parts, stack):
+    if isinstance(mgr, _ROOT):
+        # torch's ambient AUTOGRAD_SAVED_TENSORS_HOOKS lambda, proven to be
+        # torch's template (guardjit/lambdas.py): checked natively.
+        hooks = lambdas.saved_tensors_hooks(fn)
+        if hooks is not None:
+            _add(rec, mgr, "saved_tensors_hooks", "LAMBDA_GUARD", parts, stack,
+                 object=rec.object_id("type", hooks.graph_module, False),
+                 int=0 if hooks.ids is None else 1,
+                 ints=[] if hooks.ids is None else list(hooks.ids))
+            return
     _add(rec, mgr, "lambda", "LAMBDA_GUARD", parts, stack,
          object=rec.object_id("callable", fn, True))
 
 
+# The three root guards below are NOT de-duplicated by torch 2.13's C++
+# (RootGuardManager keeps every add_global_state_guard /
+# add_torch_function_mode_stack_guard / add_default_device_guard call:
+# checked on the wheel, tests/python/test_whole_units.py). Dynamo adds a
+# second TORCH_FUNCTION_STATE guard when the code runs a tensor subclass's
+# or a mode's __torch_function__, so its tree then holds two
+# TORCH_FUNCTION_MODE_STACK leaves; the IR keeps both, each with its origin.
 def _leaf_global_state(rec, mgr, state, parts, stack):
-    _add(rec, mgr, "global_state", "GLOBAL_STATE", parts, stack, dedup=True,
+    _add(rec, mgr, "global_state", "GLOBAL_STATE", parts, stack,
          str=state.__getstate__(), object=rec.object_id("state", state, True))
 
 
 def _leaf_torch_function_mode_stack(rec, mgr, modes, parts, stack):
     types = tuple(type(m) for m in modes)
     _add(rec, mgr, "torch_function_mode_stack", "TORCH_FUNCTION_MODE_STACK", parts, stack,
-         dedup=True, object=rec.object_id("constant", types, True))
+         object=rec.object_id("constant", types, True))
 
 
 def _leaf_default_device(rec, mgr, parts, stack):
     import torch.utils._device as utils_device
 
-    _add(rec, mgr, "default_device", "DEFAULT_DEVICE", parts, stack, dedup=True,
+    _add(rec, mgr, "default_device", "DEFAULT_DEVICE", parts, stack,
          object=rec.object_id("constant", utils_device.CURRENT_DEVICE, True),
          aux=rec.object_id("dict", utils_device.__dict__, True))
 
@@ -515,19 +588,73 @@ def _leaf_epilogue_lambda(rec, mgr, fn, parts, stack):
         _add(rec, mgr, "epilogue_lambda", "LAMBDA_GUARD", parts, stack,
              object=rec.object_id("callable", fn, True))
         return
+    # Each part `b is a` becomes an object_aliasing guard over the two sides
+    # read as IR values (guardjit/aliasing.py); a part whose sides cannot be
+    # read natively stays a lambda of its own.
+    before = dict(rec.recorded_kinds)
     outer = _state.origin
     try:
-        for i, (guard, fields, part_codes, g_scope) in enumerate(aliasing):
+        for guard, fields, part_codes, g_scope in aliasing:
             for code_part, verbose in part_codes:
                 _state.origin = (guard, fields)
+                try:
+                    _aliasing_guard(rec, guard, code_part, verbose, g_scope)
+                    rec.aliasing_parts_native += 1
+                    continue
+                except aliasing_parts.Unsupported as e:
+                    rec.aliasing_python_reasons.append(f"{code_part}: {e}")
                 part_fn = _aliasing_part_guard(code_part, g_scope)
-                before = dict(rec.recorded_kinds)
                 _add(rec, mgr, "epilogue_lambda", "LAMBDA_GUARD", [verbose], stack,
                      object=rec.object_id("callable", part_fn, True))
-                if i or code_part != part_codes[0][0]:
-                    rec.recorded_kinds = before  # Dynamo's tree has one lambda
+                rec.aliasing_parts_python += 1
     finally:
         _state.origin = outer
+    # Dynamo's tree has one lambda for all the parts.
+    rec.recorded_kinds = before
+    rec.recorded_kinds["LAMBDA_GUARD"] = before.get("LAMBDA_GUARD", 0) + 1
+
+
+def _aliasing_guard(rec: Recording, guard: Any, code_part: str, verbose: str,
+                    g_scope: Any) -> None:
+    """Records the aliasing code part ``b is a`` of Dynamo guard ``guard`` as
+    one object_aliasing guard, with the guard's origin (a filter keeps or
+    drops it with its DUPLICATE_INPUT guard). Raises Unsupported, adding
+    nothing, when a side cannot be read natively."""
+    b_node, a_node = aliasing_parts.parse_part(code_part)
+    added: list[tuple] = []  # reads to add once both sides are readable
+
+    def resolve(text: str) -> int | None:
+        vid = rec.by_source.get(text)
+        if vid is None or vid in rec.fresh_values:
+            return None
+        return vid
+
+    def globals_value() -> int:
+        vid = rec.globals_values.get(id(g_scope))
+        if vid is None:
+            raise aliasing_parts.Unsupported("G is not the globals dict Dynamo's tree reads")
+        return vid
+
+    def add_value(kind: str, parent: int, source: str, name: str, key: Any) -> int:
+        # Placeholder ids (negative) until both sides are known readable.
+        added.append((kind, parent, source, name, key))
+        return -len(added)
+
+    reader = aliasing_parts.SourceReader(resolve, add_value, globals_value, g_scope,
+                                         dynamo_guards._get_closure_vars())
+    b, a = reader.read(code_part, b_node), reader.read(code_part, a_node)
+    real: dict[int, int] = {}
+
+    def vid_of(v: int) -> int:
+        return real[v] if v < 0 else v
+
+    for i, (kind, parent, source, name, key) in enumerate(added):
+        key_id = -1 if key is None else rec.object_id("key", key, True)
+        real[-(i + 1)] = rec.ir.add_value(kind, vid_of(parent), source, name, -1, key_id)
+    file, line = _user_loc(getattr(guard, "user_stack", None))
+    rec.ir.add_guard("object_aliasing", [vid_of(b), vid_of(a)], source=code_part,
+                     origin=rec.origin_id(_state.origin), file=file, line=line,
+                     verbose=verbose)
 
 
 def _leaf_tuple_iterator_len(rec, mgr, length, type_id, parts, stack):
@@ -602,6 +729,7 @@ def _tensor_property(rec: Recording, vid: int, kind: str, index: int, source: st
     if pvid is None:
         pvid = rec.ir.add_value(kind, vid, source, "", index, -1)
         rec.tensor_props[key] = pvid
+        rec.fresh_values.add(pvid)
     return pvid
 
 
@@ -612,7 +740,22 @@ def _record_shape_env(rec: Recording, mgr: Any, fn: Any, stack: Any, code_parts:
     as one shape_expr guard per translated code part, plus one epilogue lambda
     over the parts left in Python (see guardjit/shapes.py). `fn` is Dynamo's
     own lambda (None for the C++ guard); `torch_kind` the one tree guard the
-    parts replace."""
+    parts replace.
+
+    The parts are translated when the recording is taken: Dynamo may build
+    SHAPE_ENV before the guard whose manager reads a source the parts name
+    (the NaN check `not math.isnan(L['self'].gate)` of a float attribute
+    comes before the attribute's TYPE_MATCH), and the parts can only read
+    values of the tree. Both run after every other guard, so the place of
+    the guards in the IR does not matter."""
+    rec.recorded_kinds[torch_kind] = rec.recorded_kinds.get(torch_kind, 0) + 1
+    rec.pending_shapes.append((fn, stack, list(code_parts), list(verbose_parts), scope,
+                               rec.origin_id(_state.origin)))
+
+
+def _translate_shape_env(rec: Recording, fn: Any, stack: Any, code_parts: list[str],
+                         verbose_parts: list[str], scope: dict[str, Any],
+                         origin: int) -> None:
     def resolve(source: str):
         vid = rec.by_source.get(source)
         if vid is None:
@@ -629,13 +772,12 @@ def _record_shape_env(rec: Recording, mgr: Any, fn: Any, stack: Any, code_parts:
             fallback = shapes.python_guard([code], scope)
             rec.ir.add_guard("shape_expr", operands,
                              object=rec.object_id("callable", fallback, True),
-                             origin=rec.origin_id(_state.origin), file=file, line=line, verbose=verbose, expr=expr)
+                             origin=origin, file=file, line=line, verbose=verbose, expr=expr)
             rec.shape_parts_native += 1
         except Exception as e:  # Unsupported, or a ValueError from the IR
             python_parts.append(code)
             rec.shape_parts_python += 1
             rec.shape_python_reasons.append(f"{code}: {e}")
-    rec.recorded_kinds[torch_kind] = rec.recorded_kinds.get(torch_kind, 0) + 1
     if not python_parts:
         return
     # Dynamo's own function when nothing was translated; else the rest.
@@ -643,7 +785,8 @@ def _record_shape_env(rec: Recording, mgr: Any, fn: Any, stack: Any, code_parts:
         else shapes.python_guard(python_parts, scope)
     file_parts = [p for p, c in zip(verbose_parts, code_parts) if c in python_parts]
     rec.ir.add_guard("epilogue_lambda", [], object=rec.object_id("callable", rest, True),
-                     source="L", origin=rec.origin_id(_state.origin), file=file, line=line, verbose=_first(file_parts))
+                     source="L", origin=origin, file=file, line=line,
+                     verbose=_first(file_parts))
 
 
 _LEAVES: dict[str, Any] = {
@@ -689,6 +832,9 @@ def _on_no_tensor_aliasing(managers: Any, names: Any, parts: Any, stack: Any) ->
     if len(recs) != 1:
         return
     rec = next(iter(recs.values()))
+    if any(id(m) in rec.dead for m in managers):
+        rec.fail("NO_TENSOR_ALIASING over a value below an empty DictGuardManager")
+        return
     operands = [_node(rec, m)[0] for m in managers]
     file, line = _user_loc(stack)
     rec.ir.add_guard("no_tensor_aliasing", operands, source=", ".join(map(str, names)),
@@ -702,6 +848,7 @@ def _on_object_aliasing(x: Any, y: Any, parts: Any, stack: Any) -> None:
     rec = _state.owner.get(id(x))
     if rec is None or _state.owner.get(id(y)) is not rec:
         raise LookupError("object aliasing across recordings")
+    _refuse_dead(rec, (x, y), "OBJECT_ALIASING")
     file, line = _user_loc(stack)
     rec.ir.add_guard("object_aliasing", [_node(rec, x)[0], _node(rec, y)[0]],
                      source=f"{x.get_source()} is {y.get_source()}",
@@ -722,6 +869,7 @@ def _on_storage_overlapping(overlapping: Any, non_overlapping: Any, parts: Any,
     if len(recs) != 1 or None in recs.values():
         raise LookupError("storage overlapping across recordings")
     rec = next(iter(recs.values()))
+    _refuse_dead(rec, managers, "STORAGE_OVERLAPPING")
     file, line = _user_loc(stack)
     rec.ir.add_guard("storage_overlapping", [_node(rec, m)[0] for m in managers],
                      int=len(overlapping), source=", ".join(m.get_source() for m in managers),
@@ -742,6 +890,7 @@ def _on_symbolic_shape(managers: Any, nr_int: Any, nr_float: Any, addr: Any, kee
     if len(recs) != 1:
         raise LookupError("symbolic shape guard managers of no single recording")
     rec = next(iter(recs.values()))
+    _refuse_dead(rec, managers, "SYMBOLIC_SHAPE_GUARD")
     frame = sys._getframe(2)  # SHAPE_ENV -> wrap_install's wrapper -> here
     if frame.f_code.co_name != "SHAPE_ENV":
         raise LookupError("install_symbolic_shape_guard called outside SHAPE_ENV")

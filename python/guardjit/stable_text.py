@@ -38,6 +38,23 @@ def _directories() -> tuple[str, str]:
     return os.path.dirname(os.path.abspath(__file__)), stdlib
 
 
+@functools.cache
+def _torch_short_package_dir() -> str:
+    """This package's directory as Dynamo's user locations spell it.
+
+    torch.utils._traceback.shorten_filename drops the path the file has in
+    common with torch's parent directory: ``guardjit/models.py`` when
+    guardjit is installed beside torch, but ``ork/venv/.../guardjit/models.py``
+    from a virtualenv elsewhere (the common path is ``/``). Empty when it is
+    already ``guardjit``."""
+    try:
+        from torch.utils._traceback import shorten_filename
+    except Exception:
+        return ""
+    short = shorten_filename(_directories()[0])
+    return "" if short in ("guardjit", _directories()[0]) else short
+
+
 def normalize(text: str) -> str:
     """``text`` with addresses, object ids and install paths replaced:
     ``<guardjit>/`` (this package, installed or in a checkout),
@@ -46,6 +63,9 @@ def normalize(text: str) -> str:
     text = _CHECK_ID.sub(r"\1<id>)", text)
     guardjit_dir, stdlib = _directories()
     text = text.replace(guardjit_dir + "/", "<guardjit>/")
+    short = _torch_short_package_dir()
+    if short:
+        text = text.replace(short + "/", "guardjit/")
     # site-packages before the stdlib: it usually lies inside it.
     text = _SITE.sub("<site-packages>/", text)
     return text.replace(stdlib + "/", "<stdlib>/") if stdlib else text

@@ -5,7 +5,8 @@ then on the compile-time frame locals and on many mutated ones (tensor dtype,
 shape, stride, requires_grad, module float/int/bool attributes, config
 attributes, dict changes, submodules, grad and train mode...) the
 interpreter, the native check and Dynamo's own tree must give the same
-answer.
+answer. Also: an object shared by several modules (a config) copied into one
+holder, then restored (the object-aliasing guards).
 
 The checked-in files must be what the current code exports: the small
 entries are regenerated on every run; every entry with
@@ -132,6 +133,29 @@ def _every_attr(kind: type, change: Callable[[Any], Any]) -> Mutation:
     return m
 
 
+def _shared_object_copy(pick: int) -> Mutation:
+    """An object held by several modules (a shared config: Dynamo guards that
+    they alias) replaced in one holder by a copy with the same contents; the
+    undo puts the shared object back (aliasing restored)."""
+    plain = (nn.Module, torch.Tensor, int, float, bool, str, bytes, type(None), tuple, list,
+             dict, set, type)
+
+    def m(model, args, kwargs):
+        holders: dict[int, tuple[Any, list]] = {}
+        for mod in model.modules():
+            for name, value in vars(mod).items():
+                if name.startswith("_") or isinstance(value, plain) or callable(value):
+                    continue
+                holders.setdefault(id(value), (value, []))[1].append((mod, name))
+        shared = [(v, hs) for v, hs in holders.values() if len(hs) >= 2]
+        if not shared:
+            return None
+        value, hs = shared[0]
+        mod, name = hs[pick]
+        return args, kwargs, _set(mod, name, copy.copy(value))
+    return m
+
+
 def _new_config_attr(model, args, kwargs):
     cfg = getattr(model, "config", None)
     if cfg is None:
@@ -195,6 +219,8 @@ GENERIC: dict[str, Mutation] = {
     "every float attribute": _every_attr(float, lambda v: v * 2 + 0.5),
     "every bool attribute": _every_attr(bool, lambda v: not v),
     "new config attribute": _new_config_attr,
+    "shared object: first holder gets a copy": _shared_object_copy(0),
+    "shared object: last holder gets a copy": _shared_object_copy(-1),
     "new submodule (_modules dict)": _new_submodule,
     "leaf module replaced by a copy": _replace_leaf,
     "parameter dtype float64": _param_dtype,

@@ -11,7 +11,8 @@
 // Cheap, exact checks (TYPE_MATCH, ID_MATCH, NONE/TRUE/FALSE/NOT_NONE, the
 // identity fast path of EQUALS_MATCH, type(), tuple/list item reads, an
 // already materialized managed __dict__) are inlined with the layouts of
-// Runtime/CPythonABI.h. Dict reads (frame_local, dict_get_item, dict_key,
+// Runtime/CPythonABI.h; the OBJECT_ALIASING guards of a set are fused into one
+// block of pointer compares after the value reads. Dict reads (frame_local, dict_get_item, dict_key,
 // dict_value) and DICT_CONTAINS test their DictReadCache slot inline (the
 // PEP 509 memo; slots are owned by the BoundGuardSet) and call a fill helper
 // on a miss. Everything else calls the gj_rt_* helpers of

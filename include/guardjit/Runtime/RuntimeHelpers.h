@@ -164,6 +164,12 @@ int gj_rt_dispatch_key_set_match(PyObject *Value, PyObject *DksType,
                                  const guardjit::LocalState *State);
 /// DUAL_LEVEL_MATCH: ForwardAD._current_level is an exact int == Level.
 int gj_rt_dual_level_match(PyObject *ForwardAD, int64_t Level);
+/// AUTOGRAD_SAVED_TENSORS_HOOKS through TorchHooks::savedTensorsHooks (see
+/// Guards.def): `GraphModule` (borrowed) is torch.fx.GraphModule; `HasIds`
+/// 0 expects no inlineable hooks, 1 the hooks whose ids are `PackId` and
+/// `UnpackId`. 0 without the hook. GIL held; never raises.
+int gj_rt_saved_tensors_hooks(PyObject *GraphModule, int64_t HasIds,
+                              int64_t PackId, int64_t UnpackId);
 /// STORAGE_OVERLAPPING through TorchHooks::storageOverlapping; 0 without.
 int gj_rt_storage_overlapping(PyObject *const *Tensors, size_t N,
                               size_t NumOverlapping);

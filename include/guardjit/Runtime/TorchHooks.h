@@ -1,7 +1,8 @@
 //===- TorchHooks.h - Torch-specific checks behind a C table ----*- C++ -*-===//
 //
 // The Runtime layer is plain CPython: it knows nothing of ATen. Guards that
-// read ATen state (TENSOR_MATCH, GLOBAL_STATE, TORCH_FUNCTION_MODE_STACK) go
+// read ATen state (TENSOR_MATCH, GLOBAL_STATE, TORCH_FUNCTION_MODE_STACK, the
+// saved-tensors hooks) go
 // through this table, filled in by the TorchRuntime component (built against
 // the installed torch's headers) when the Python module loads. Tests may
 // install their own table.
@@ -66,6 +67,15 @@ struct TorchHooks {
   /// [0, dim) or a symbolic value (maybe_as_int() empty). May be null.
   int (*tensorProperty)(PyObject *Value, int Property, int64_t Index,
                         int64_t *Out);
+  /// AUTOGRAD_SAVED_TENSORS_HOOKS (Guards.def): 1 iff the top of this
+  /// thread's saved-tensors default hooks, read as Dynamo's lambda reads it,
+  /// is "no inlineable hooks" (`HasIds` 0) or the inlineable pair whose
+  /// addresses are `PackId`, `UnpackId` (`HasIds` 1). `GraphModule`
+  /// (borrowed) is torch.fx.GraphModule. May run Python (an isinstance on a
+  /// hook with a custom __class__); returns 0 with any error cleared when
+  /// the lambda would raise. May be null (the guard fails).
+  int (*savedTensorsHooks)(PyObject *GraphModule, int HasIds, int64_t PackId,
+                           int64_t UnpackId);
 };
 
 /// Installs the table (not owned; must outlive every bound guard set).

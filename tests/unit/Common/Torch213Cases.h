@@ -96,6 +96,21 @@ def advanced(it, n):
     return it
 
 obj = object()
+
+# The saved-tensors hooks stack top the fake hook reads (None: no hooks).
+class GM:
+    pass
+
+class GMSub(GM):
+    pass
+
+class RaisingClass:
+    @property
+    def __class__(self):
+        raise RuntimeError('no class')
+
+saved_hooks = None
+hp, hu = GM(), GM()
 )py";
 
 inline PyObject *prelude() {
@@ -189,11 +204,34 @@ inline int fakeStorageOverlapping(PyObject *const *Ts, size_t N, size_t K) {
   return 1;
 }
 
+/// AUTOGRAD_SAVED_TENSORS_HOOKS over the prelude's `saved_hooks` (None or
+/// a (pack, unpack) pair), with TorchRuntime's rule: ids iff both hooks are
+/// instances of `GraphModule` (pack tested first), a raising isinstance fails.
+inline int fakeSavedTensorsHooks(PyObject *GraphModule, int HasIds,
+                                 int64_t Pack, int64_t Unpack) {
+  PyObject *Hooks = PyDict_GetItemString(prelude(), "saved_hooks");
+  if (!Hooks || Hooks == Py_None)
+    return !HasIds;
+  PyObject *P = PyTuple_GetItem(Hooks, 0), *U = PyTuple_GetItem(Hooks, 1);
+  int In = PyObject_IsInstance(P, GraphModule);
+  if (In > 0)
+    In = PyObject_IsInstance(U, GraphModule);
+  if (In < 0) {
+    PyErr_Clear();
+    return 0;
+  }
+  if (!In)
+    return !HasIds;
+  return HasIds && reinterpret_cast<intptr_t>(P) == Pack &&
+         reinterpret_cast<intptr_t>(U) == Unpack;
+}
+
 inline const TorchHooks &fakeHooks() {
-  static const TorchHooks H = {fakeReadLocalState, fakeTensorMatch,
-                               fakeGlobalState,    fakeModeStack,
-                               fakePrepare,        fakeRelease,
-                               fakeTensorGrad,     fakeStorageOverlapping};
+  static const TorchHooks H = {
+      fakeReadLocalState, fakeTensorMatch,        fakeGlobalState,
+      fakeModeStack,      fakePrepare,            fakeRelease,
+      fakeTensorGrad,     fakeStorageOverlapping, nullptr,
+      fakeSavedTensorsHooks};
   return H;
 }
 
@@ -397,6 +435,39 @@ inline std::vector<Case> cases() {
                 {"{}", false, "fwd._current_level = 2.0"},
                 {"{}", false, "del fwd._current_level"},
                 {"{}", true, "fwd._current_level = 2"}}});
+
+  C.push_back({"SavedTensorsHooksNone",
+               [](Builder &B) {
+                 B.guard(GuardKind::SavedTensorsHooks, {},
+                         B.object("GM", ObjectKind::Type), 0);
+               },
+               {{"{}", true, "saved_hooks = None"},
+                {"{}", true, "saved_hooks = (len, len)"}, // not inlineable
+                {"{}", true, "saved_hooks = (hp, len)"},
+                {"{}", true, "saved_hooks = (len, hp)"},
+                {"{}", false, "saved_hooks = (hp, hu)"},
+                {"{}", false, "saved_hooks = (GMSub(), hu)"},
+                {"{}", false, "saved_hooks = (RaisingClass(), hu)"},
+                {"{}", false, "saved_hooks = (hp, RaisingClass())"},
+                {"{}", true, "saved_hooks = (len, RaisingClass())"}, // `and`
+                {"{}", true, "saved_hooks = None"}}});
+
+  C.push_back({"SavedTensorsHooksIds",
+               [](Builder &B) {
+                 Guard &G = B.guard(GuardKind::SavedTensorsHooks, {},
+                                    B.object("GM", ObjectKind::Type), 1);
+                 for (const char *Name : {"id(hp)", "id(hu)"}) {
+                   PyObject *Id = evalNew(Name);
+                   G.Ints.push_back(PyLong_AsLongLong(Id));
+                   Py_DECREF(Id);
+                 }
+               },
+               {{"{}", false, "saved_hooks = None"},
+                {"{}", true, "saved_hooks = (hp, hu)"},
+                {"{}", false, "saved_hooks = (hu, hp)"},
+                {"{}", false, "saved_hooks = (hp, GM())"},
+                {"{}", false, "saved_hooks = (len, len)"},
+                {"{}", true, "saved_hooks = (hp, hu)"}}});
 
   C.push_back({"ObjectAliasing",
                [](Builder &B) {

@@ -127,6 +127,11 @@ GuardSet makeEverything() {
       G.Object = Obj;                                                          \
       G.Int = -1;                                                              \
       break;                                                                   \
+    case GuardKind::SavedTensorsHooks:                                         \
+      G.Object = Ty;                                                           \
+      G.Int = 1;                                                               \
+      G.Ints = {0x7f0012345678, std::numeric_limits<int64_t>::max()};          \
+      break;                                                                   \
     case GuardKind::ObjectAliasing:                                            \
       G.Operands = {1, Last};                                                  \
       break;                                                                   \

@@ -654,6 +654,55 @@ TEST_P(EngineTest, NoTensorAliasingReadsAllOperands) {
   EXPECT_FALSE(both(*BS, Fn, eval("{'a': o1, 'b': o2}").get()));
 }
 
+// The lowering fuses every OBJECT_ALIASING guard into one block of compares
+// against each class's first member; the interpreter checks pair by pair.
+// Classes: {m.cfg, m.l0.cfg, m.l1.cfg, m.l2.cfg} (the chain l2-l1-cfg is
+// only connected through l1) and {x, y}; plus a trivial `z is z`.
+TEST_P(EngineTest, ObjectAliasingClassesAreFused) {
+  SetBuilder SB;
+  ValueId M = SB.local("m");
+  ValueId Cfg = SB.keyed(AccessorKind::GetAttr, M, "cfg");
+  auto LayerCfg = [&](const char *L) {
+    return SB.keyed(AccessorKind::GetAttr,
+                    SB.keyed(AccessorKind::GetAttr, M, L), "cfg");
+  };
+  ValueId L0 = LayerCfg("l0"), L1 = LayerCfg("l1"), L2 = LayerCfg("l2");
+  SB.guard(GuardKind::ObjectAliasing, {L0, Cfg});
+  SB.guard(GuardKind::ObjectAliasing, {Cfg, L1});
+  SB.guard(GuardKind::ObjectAliasing, {L2, L1});
+  SB.guard(GuardKind::ObjectAliasing, {SB.local("x"), SB.local("y")});
+  ValueId Z = SB.local("z");
+  SB.guard(GuardKind::ObjectAliasing, {Z, Z});
+  BUILD(SB);
+  exec("class Layer:\n"
+       "    def __init__(self, cfg): self.cfg = cfg\n"
+       "shared = C()\n"
+       "m = Layer(shared)\n"
+       "m.l0, m.l1, m.l2 = Layer(shared), Layer(shared), Layer(shared)\n"
+       "o = C()\n");
+  Ref LocalsRef = eval("{'m': m, 'x': o, 'y': o, 'z': 1}");
+  PyObject *Locals = LocalsRef.get();
+  EXPECT_TRUE(both(*BS, Fn, Locals));
+  // Each member of the first class broken alone, then restored.
+  for (const char *Who : {"m", "m.l0", "m.l1", "m.l2"}) {
+    exec((std::string("import copy\n") + Who + ".cfg = copy.copy(shared)")
+             .c_str());
+    EXPECT_FALSE(both(*BS, Fn, Locals)) << Who << " has its own config";
+    exec((std::string(Who) + ".cfg = shared").c_str());
+    EXPECT_TRUE(both(*BS, Fn, Locals)) << Who << " shares it again";
+  }
+  // The whole class moved to another object together still aliases.
+  exec("other = C()\nfor l in (m, m.l0, m.l1, m.l2): l.cfg = other");
+  EXPECT_TRUE(both(*BS, Fn, Locals));
+  exec("for l in (m, m.l0, m.l1, m.l2): l.cfg = shared");
+  // The second class, and a failing read (no attribute) of the first.
+  EXPECT_FALSE(both(*BS, Fn, eval("{'m': m, 'x': o, 'y': C(), 'z': 1}").get()));
+  exec("del m.l2.cfg");
+  EXPECT_FALSE(both(*BS, Fn, Locals));
+  exec("m.l2.cfg = shared");
+  EXPECT_TRUE(both(*BS, Fn, Locals));
+}
+
 //===----------------------------------------------------------------------===//
 // Torch guards through a fake TorchHooks table
 //===----------------------------------------------------------------------===//
