@@ -12,6 +12,7 @@
 
 #include "DimensionMarking.h"
 #include "guardjit/Runtime/CPythonABI.h"
+#include "guardjit/Runtime/PythonAttr.h"
 
 // PyDictKeysObject::dk_kind (is every key an exact str?) is only in the
 // internal header; the layout is CPython 3.11's, pinned by Python.h.
@@ -141,7 +142,18 @@ extern "C" PyObject *gj_rt_generic_dict(PyObject *Obj) {
 }
 
 extern "C" PyObject *gj_rt_getattr(PyObject *Obj, PyObject *Name) {
-  // GetAttrGuardAccessor.
+  // GetAttrGuardAccessor. Types whose attribute access runs a registered
+  // Python function (nn.Module.__getattr__, transformers' config
+  // __getattribute__) are read natively with the same result (PythonAttr.h).
+  PyObject *Known;
+  switch (knownGetAttr(Obj, Name, &Known)) {
+  case AttrOutcome::Found:
+    return Known;
+  case AttrOutcome::Missing:
+    return nullptr;
+  case AttrOutcome::Unknown:
+    break;
+  }
   PyObject *X = PyObject_GetAttr(Obj, Name);
   if (!X)
     PyErr_Clear();
@@ -415,7 +427,18 @@ extern "C" int gj_rt_dict_contains_fill(PyObject *Dict, PyObject *Key,
 
 extern "C" int gj_rt_no_hasattr(PyObject *Value, PyObject *Name) {
   // NO_HASATTR: on 3.11 PyObject_HasAttr swallows every exception, so a
-  // raising __getattr__ counts as absent.
+  // raising __getattr__ counts as absent: hasattr is "getattr returns a
+  // value", which knownGetAttr decides without an exception when it can.
+  PyObject *Known;
+  switch (knownGetAttr(Value, Name, &Known)) {
+  case AttrOutcome::Found:
+    Py_DECREF(Known);
+    return 0;
+  case AttrOutcome::Missing:
+    return 1;
+  case AttrOutcome::Unknown:
+    break;
+  }
   return PyObject_HasAttr(Value, Name) == 0;
 }
 
