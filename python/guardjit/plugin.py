@@ -34,7 +34,7 @@ import torch._dynamo.guards as dynamo_guards
 from torch._C._dynamo.guards import RootGuardManager
 from torch._guards import CompileContext
 
-from guardjit import _core, recorder
+from guardjit import _core, pyattr, recorder
 
 _PYTHON_GUARDS = ("LAMBDA_GUARD", "LAMBDA_GUARD (epilogue)")
 
@@ -161,6 +161,8 @@ def _fallback(name: str, guards: int, reason: str, code: Any = None) -> None:
 
 def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
     root = wrapper.root
+    # transformers may have been imported since the last unit.
+    pyattr.ensure_registered()
     compile_id = str(CompileContext.current_compile_id())
     rec = recorder.take(root)
     recorder.reset()  # drop abandoned recordings (e.g. the filter's first build)
@@ -293,6 +295,7 @@ def install_hooks() -> None:
     if _installed:
         return
     recorder.install()
+    pyattr.ensure_registered()
     _previous_hook = dynamo_guards.guard_manager_testing_hook_fn
     dynamo_guards.guard_manager_testing_hook_fn = _hook
     _installed = True
@@ -352,5 +355,8 @@ def stats() -> dict[str, Any]:
         "pipeline_values_in": c.get("pipeline_values_in", 0),
         "pipeline_values_out": c.get("pipeline_values_out", 0),
         "passes": {name: dict(t) for name, t in _pass_totals.items()},
+        # Python attribute hooks read natively (pyattr.py): per function its
+        # registration status, and reads decided natively / handed back.
+        "python_accessors": {"functions": pyattr.status(), **pyattr.stats()},
     }
 
