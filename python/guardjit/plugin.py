@@ -216,13 +216,22 @@ def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
     # Guards guardjit calls as Python: its own lambda guards (a SHAPE_ENV
     # lambda whose parts all became shape_expr guards is not one).
     python_guards = sum(n for k, n in ir.count_by_kind().items() if k in _PYTHON_GUARDS)
-    new_root = RootGuardManager()
-    new_root.add_lambda_guard(
-        check, [f"guardjit: native check of {ir.num_guards} guards ({compile_id})"], None)
-    new_root.attach_compile_id(compile_id)
-    wrapper.dynamo_root = root
-    wrapper.__class__ = GuardJitManagerWrapper
-    wrapper.root = new_root
+    if total == 0 and ir.num_guards == 0 and ir.num_values <= 1:
+        # Nothing to check (e.g. skip_all_guards_unsafe): Dynamo's root is
+        # empty too, and torch's lookup takes its no-guard fast path for it (no
+        # locked lookup at all), where a root holding guardjit's check would
+        # cost the lookup, the mutex, the frame-locals dict and a call to
+        # answer the same constant True (docs/performance.md, fixed cost).
+        new_root = root
+        _counters["units_empty_dynamo_root"] += 1
+    else:
+        new_root = RootGuardManager()
+        new_root.add_lambda_guard(
+            check, [f"guardjit: native check of {ir.num_guards} guards ({compile_id})"], None)
+        new_root.attach_compile_id(compile_id)
+        wrapper.dynamo_root = root
+        wrapper.__class__ = GuardJitManagerWrapper
+        wrapper.root = new_root
 
     status = "native" if native is not None else "interpreter"
     log.debug("compile unit %s: %d guards checked by guardjit (%s, %.1f ms JIT, %d Python)",
@@ -347,6 +356,9 @@ def stats() -> dict[str, Any]:
         # expressions / left in a Python epilogue lambda.
         "shape_parts_native": c.get("shape_parts_native", 0),
         "shape_parts_python": c.get("shape_parts_python", 0),
+        # converted units with no guard at all, left on Dynamo's empty root
+        # (torch's no-guard fast path); counted in units_native too.
+        "units_empty_dynamo_root": c.get("units_empty_dynamo_root", 0),
         "fallback_reasons": dict(_reasons),
         "pipeline": config.pipeline,
         "pipeline_sets": c.get("pipeline_sets", 0),
