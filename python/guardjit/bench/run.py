@@ -91,6 +91,9 @@ class Settings:
     e2e_backend: str = "eager"
     opt_level: str = "light"
     quick: bool = False
+    # Only the default-options check, lookup, end to end and UNSAFE (no other
+    # option, no passes): for before/after pairs run alternately.
+    core: bool = False
 
     @classmethod
     def quick_mode(cls) -> Settings:
@@ -668,11 +671,15 @@ def measure_model(name: str, factory: Callable[[bool], BenchCase], s: Settings,
             if opt == UNSAFE:
                 options[opt] = unsafe
                 continue
+            if s.core:
+                continue
             tick(f"{name}: {opt}")
             options[opt] = measure_option(case, opt, s)
         entry["options"] = options
         tick(f"{name}: passes")
         try:
+            if s.core:
+                raise RuntimeError("not measured (--core)")
             from guardjit.bench.passes import measure_passes
 
             entry["passes"] = measure_passes(case, s, unit_frames)
