@@ -73,6 +73,16 @@ struct Registry {
   PyObject *OuterFn = nullptr, *OuterCode = nullptr, *OuterClass = nullptr;
   PyObject *InnerFn = nullptr, *InnerCode = nullptr, *InnerClass = nullptr;
   GlobalsMemo OuterSuper, InnerSuper; // `super`
+  /// co_code of `def f(self): return self.x` (a probe), and the code objects
+  /// found to have exactly that shape (strong references, never released:
+  /// a code object is immutable, so once checked it stays a trivial getter).
+  PyObject *GetterTemplate = nullptr;
+  PyObject *Fget = nullptr; // interned "fget"
+  static constexpr size_t MaxGetters = 32;
+  PyObject *Getters[MaxGetters] = {};
+  size_t NumGetters = 0;
+  /// Nesting of knownGetAttr through trivial getters (bounded).
+  unsigned Depth = 0;
   KnownAttrStats Stats;
 };
 
@@ -137,7 +147,9 @@ bool initRegistry(std::string *Error) {
       "class WithGetattribute:\n"
       "    def __getattribute__(self, name):\n"
       "        return object.__getattribute__(self, name)\n"
-      "WithGetattribute().__class__\n",
+      "WithGetattribute().__class__\n"
+      "def getter(self):\n"
+      "    return self.x\n",
       Py_file_input, G, G);
   bool Ok = Ran != nullptr;
   Py_XDECREF(Ran);
@@ -158,13 +170,25 @@ bool initRegistry(std::string *Error) {
   }
   S.ObjectGetattribute = PyDict_GetItemWithError(PyBaseObject_Type.tp_dict,
                                                  N.GetAttribute);
+  PyObject *Getter = Ok ? PyDict_GetItemString(G, "getter") : nullptr;
+  PyObject *Template =
+      Getter && PyFunction_Check(Getter)
+          ? PyCode_GetCode(
+                reinterpret_cast<PyCodeObject *>(PyFunction_GET_CODE(Getter)))
+          : nullptr;
+  PyObject *Fget = PyUnicode_InternFromString("fget");
   Py_DECREF(G); // the probe classes may go: only function pointers are kept
   PyErr_Clear();
   if (!S.GetattrHook || !S.GetattributeOnly || !S.SubtypeDict ||
-      S.GetattrHook == S.GetattributeOnly || !S.ObjectGetattribute) {
+      S.GetattrHook == S.GetattributeOnly || !S.ObjectGetattribute ||
+      !Template || !PyBytes_Check(Template) || !Fget) {
+    Py_XDECREF(Template);
+    PyErr_Clear();
     *Error = "cannot identify CPython's attribute slot functions";
     return false;
   }
+  R.GetterTemplate = Template;
+  R.Fget = Fget;
   R.N = N;
   R.S = S;
   R.Ready = true;
@@ -453,6 +477,69 @@ AttrOutcome moduleRead(PyObject *Obj, PyObject *Name, PyTypeObject *Tp,
 }
 
 //===----------------------------------------------------------------------===//
+// Properties whose getter is `return self.<name>`
+//===----------------------------------------------------------------------===//
+
+/// Whether `Code` is `def f(self): return self.<co_names[0]>`: one
+/// positional argument, no cell or free variable, not a generator or
+/// coroutine, no exception table, and the same co_code (CPython 3.11's
+/// unspecialized bytecode, as PyCode_GetCode returns it) as the probe
+/// getter's. Such a function computes exactly PyObject_GetAttr(arg,
+/// co_names[0]). Checked once per code object (code objects are immutable).
+bool trivialGetterCode(PyObject *CodeObj) {
+  for (size_t I = 0; I < R.NumGetters; ++I)
+    if (R.Getters[I] == CodeObj)
+      return true;
+  auto *Code = reinterpret_cast<PyCodeObject *>(CodeObj);
+  constexpr int Kinds = CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR |
+                        CO_ITERABLE_COROUTINE | CO_VARARGS | CO_VARKEYWORDS;
+  if (Code->co_argcount != 1 || Code->co_posonlyargcount != 0 ||
+      Code->co_kwonlyargcount != 0 || Code->co_nfreevars != 0 ||
+      Code->co_ncellvars != 0 || (Code->co_flags & Kinds) ||
+      !PyTuple_Check(Code->co_names) || PyTuple_GET_SIZE(Code->co_names) != 1 ||
+      !PyUnicode_CheckExact(PyTuple_GET_ITEM(Code->co_names, 0)) ||
+      !PyBytes_Check(Code->co_exceptiontable) ||
+      PyBytes_GET_SIZE(Code->co_exceptiontable) != 0)
+    return false;
+  PyObject *Bytes = PyCode_GetCode(Code);
+  if (!Bytes) {
+    PyErr_Clear();
+    return false;
+  }
+  int Same = PyObject_RichCompareBool(Bytes, R.GetterTemplate, Py_EQ);
+  Py_DECREF(Bytes);
+  PyErr_Clear(); // bytes == bytes cannot raise
+  if (Same != 1)
+    return false;
+  if (R.NumGetters < Registry::MaxGetters)
+    R.Getters[R.NumGetters++] = Py_NewRef(CodeObj);
+  return true;
+}
+
+/// For a data descriptor `Descr` found by _PyType_Lookup: the attribute
+/// name `n` if it is an exact `property` whose getter is an exact function
+/// running trivial-getter code (`return self.n`), else null. property's
+/// __get__ (property_descr_get) is `fget(obj)` for an instance, so reading
+/// it is getattr(obj, n). `fget` is a member of the static property type:
+/// reading it runs no user code.
+PyObject *trivialPropertyName(PyObject *Descr) {
+  if (!Py_IS_TYPE(Descr, &PyProperty_Type))
+    return nullptr;
+  PyObject *Fn = PyObject_GetAttr(Descr, R.Fget);
+  if (!Fn) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  PyObject *Name = nullptr;
+  if (PyFunction_Check(Fn) && trivialGetterCode(PyFunction_GET_CODE(Fn)))
+    Name = PyTuple_GET_ITEM(
+        reinterpret_cast<PyCodeObject *>(PyFunction_GET_CODE(Fn))->co_names,
+        0);
+  Py_DECREF(Fn); // the code object (held by Getters) keeps Name alive
+  return Name;
+}
+
+//===----------------------------------------------------------------------===//
 // transformers' PreTrainedConfig.__getattribute__
 //===----------------------------------------------------------------------===//
 
@@ -541,10 +628,27 @@ AttrOutcome configRead(PyObject *Obj, PyObject *Key, PyTypeObject *Tp,
 
   // The last step: object.__getattribute__(self, key). D is the instance
   // dict and str-keyed, so suppress=1 follows suppress=0's branches; a
-  // descriptor's __get__ runs here exactly as in the real path.
+  // descriptor's __get__ runs here exactly as in the real path. A data
+  // descriptor comes first there; when it is a property with a trivial
+  // getter (`return self.n`, e.g. PreTrainedConfig.output_attentions), its
+  // __get__ is getattr(self, n), read the same way as any other read.
+  ++R.Stats.ConfigReads;
+  PyObject *Descr = _PyType_Lookup(Tp, Key);
+  if (Descr && Py_TYPE(Descr)->tp_descr_set && R.Depth < 4)
+    if (PyObject *Inner = trivialPropertyName(Descr)) {
+      Py_DECREF(Key);
+      ++R.Depth;
+      PyObject *V = nullptr;
+      AttrOutcome O = knownGetAttr(Obj, Inner, &V);
+      --R.Depth;
+      if (O == AttrOutcome::Unknown) {
+        V = PyObject_GetAttr(Obj, Inner);
+        O = V ? AttrOutcome::Found : AttrOutcome::Missing;
+      }
+      return O == AttrOutcome::Found ? found(V, Value) : missing();
+    }
   PyObject *V = _PyObject_GenericGetAttrWithDict(Obj, Key, nullptr, 1);
   Py_DECREF(Key);
-  ++R.Stats.ConfigReads;
   return V ? found(V, Value) : missing();
 }
 

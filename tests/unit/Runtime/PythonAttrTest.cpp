@@ -122,6 +122,22 @@ class PreTrainedConfig(PushToHubMixin, HeterogeneousConfigMixin):
     def use_return_dict(self):
         return self.return_dict
 
+    @property
+    def documented(self):
+        """A trivial getter with a docstring."""
+        return self.n_embd
+
+    @property
+    def to_missing(self):
+        return self.not_there
+
+    @property
+    def computed(self):
+        return self.n_embd * 2
+
+class SubProperty(property):
+    pass
+
 class GPT2Config(PreTrainedConfig):
     attribute_map = {'hidden_size': 'n_embd', 'odd': 5}
     def __init__(self):
@@ -361,6 +377,45 @@ TEST_F(PythonAttrTest, ConfigReads) {
   EXPECT_EQ(expectSame(C, "width"), Path::Native);
   EXPECT_EQ(expectSame(C, "hidden_size"), Path::Native);
   run("GPT2Config.attribute_map = {'hidden_size': 'n_embd', 'odd': 5}");
+}
+
+TEST_F(PythonAttrTest, TrivialPropertyGettersAreReadNatively) {
+  run("c = GPT2Config()");
+  PyObject *C = get("c");
+  // `return self.x` getters: the property is read as getattr(self, x).
+  // Reads one knownGetAttr decides natively: 2 for a trivial property (the
+  // property, then its target), 1 when the getter runs as Python.
+  auto NativeReads = [&](const char *NameStr) {
+    Ref Name(PyUnicode_InternFromString(NameStr));
+    uint64_t Before = knownAttrStats().ConfigReads;
+    PyObject *V = nullptr;
+    EXPECT_NE(knownGetAttr(C, Name, &V), AttrOutcome::Unknown);
+    Py_XDECREF(V);
+    return knownAttrStats().ConfigReads - Before;
+  };
+  for (const char *Name : {"use_return_dict", "documented", "to_missing"}) {
+    EXPECT_EQ(expectSame(C, Name), Path::Native);
+    EXPECT_EQ(NativeReads(Name), 2u) << Name;
+  }
+  // Any other getter runs as Python, at the same point as CPython runs it.
+  EXPECT_EQ(expectSame(C, "computed"), Path::Native);
+  EXPECT_EQ(NativeReads("computed"), 1u);
+  // A getter whose code is replaced later is seen on the next read.
+  run("saved = GPT2Config.use_return_dict.fget.__code__\n"
+      "GPT2Config.use_return_dict.fget.__code__ = "
+      "(lambda self: self.n_embd + 1).__code__\n");
+  EXPECT_EQ(expectSame(C, "use_return_dict"), Path::Native);
+  Ref Name(PyUnicode_InternFromString("use_return_dict"));
+  PyObject *V = nullptr;
+  ASSERT_EQ(knownGetAttr(C, Name, &V), AttrOutcome::Found);
+  EXPECT_EQ(PyLong_AsLong(V), 65);
+  Py_XDECREF(V);
+  run("GPT2Config.use_return_dict.fget.__code__ = saved");
+  // A property subclass may override __get__: not taken as a property.
+  run("GPT2Config.sub = SubProperty(lambda self: self.n_embd)");
+  EXPECT_EQ(expectSame(C, "sub"), Path::Native);
+  EXPECT_EQ(NativeReads("sub"), 1u);
+  run("del GPT2Config.sub");
 }
 
 TEST_F(PythonAttrTest, HeterogeneousConfigsAreDelegated) {
