@@ -116,6 +116,12 @@ def test_python_frames_are_counted(quick_run):
             assert all(isinstance(k, str) and ":" in k for k in by_code), by_code
         # Dynamo's tree always runs its saved-tensors-hooks lambda in Python.
         assert m["python_frames_dynamo"] >= 1, m["name"]
+        reads = m["python_accessor_reads"]
+        assert set(reads) == {"module_reads", "config_reads", "delegated"}, reads
+        if m["name"] in HF_MODELS:
+            # transformers configs run a Python __getattribute__: guardjit
+            # reads them natively (docs/guard-semantics.md §12).
+            assert reads["config_reads"] > 0, (m["name"], reads)
     assert "Python frames" in stdout
 
 

@@ -345,14 +345,22 @@ def python_frames(captured: list[Captured]) -> dict[str, Any]:
     (guardjit.frames), summed over the units, with guardjit's by function."""
     from guardjit.frames import python_frames as frames_by_code
 
+    from guardjit import pyattr
+
     dyn, gj = collections.Counter(), collections.Counter()
+    before = pyattr.stats()
     for c in captured:
         dyn.update(frames_by_code(c.dynamo_root.check, c.f_locals))
         gj.update(frames_by_code(c.final_root.check, c.f_locals))
+    after = pyattr.stats()
     return {"python_frames_dynamo": sum(dyn.values()),
             "python_frames_guardjit": sum(gj.values()),
             "python_frames_dynamo_by_code": dict(dyn.most_common(8)),
-            "python_frames_guardjit_by_code": dict(gj.most_common(8))}
+            "python_frames_guardjit_by_code": dict(gj.most_common(8)),
+            # Reads in one check of guardjit's roots whose type runs
+            # nn.Module.__getattr__ or a transformers config
+            # __getattribute__, decided natively / handed to CPython.
+            "python_accessor_reads": {k: after[k] - before[k] for k in after}}
 
 
 def measure_checks(case: BenchCase, s: Settings, compile_kwargs: dict | None = None,
