@@ -246,18 +246,33 @@ BoundGuardSet::bind(std::shared_ptr<const GuardSet> SetPtr,
   }
   B->Memos = std::make_unique<DictReadCache[]>(NumMemos);
 
-  // 6. Payloads.
+  // 6. Payloads. Identical unmarked DIMENSION_DYNAMIC_MARKING specs (one
+  // per tensor, nearly all the same) share one payload: a cold check then
+  // reads one payload for all of them instead of one per tensor.
   B->Payloads.assign(Guards.size(), nullptr);
   const TorchHooks *Hooks = torchHooks();
+  std::vector<DimensionMarkingPayload *> Unmarked;
   for (size_t I = 0; I < Guards.size(); ++I) {
     const Guard &G = Guards[I];
     if (guardNeedsLocalState(G.Kind))
       B->NeedsLocalState = true;
     std::string Err;
     if (G.Kind == GuardKind::DimensionMarking) {
-      B->Payloads[I] = prepareDimensionMarking(B->Objects[G.Object], &Err);
-      if (!B->Payloads[I])
+      DimensionMarkingPayload *P =
+          prepareDimensionMarking(B->Objects[G.Object], &Err);
+      if (!P)
         return Fail(describeGuard(S, I) + ": " + Err);
+      for (DimensionMarkingPayload *Q : Unmarked)
+        if (sameUnmarkedSpec(*P, *Q)) {
+          releaseDimensionMarking(P);
+          ++Q->Refs;
+          P = Q;
+          break;
+        }
+      if (P->Refs == 1 && P->ExpectedAttrs.empty() &&
+          P->DependentAttrs.empty() && Unmarked.size() < 8)
+        Unmarked.push_back(P);
+      B->Payloads[I] = P;
       continue;
     }
     if (!isTorchGuard(G.Kind))

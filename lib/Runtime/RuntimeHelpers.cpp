@@ -568,14 +568,19 @@ static bool surelyHasNoAttr(PyObject *Value, PyObject *Gate,
   if (Tp->tp_getattro != PyObject_GenericGetAttr)
     return false;
   bool ValidTag = Tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG;
-  if (!(ValidTag && Tp == P.GateFreeType &&
-        Tp->tp_version_tag == P.GateFreeTag)) {
+  if (!(ValidTag && ((Tp == P.GateFreeType[0] &&
+                      Tp->tp_version_tag == P.GateFreeTag[0]) ||
+                     (Tp == P.GateFreeType[1] &&
+                      Tp->tp_version_tag == P.GateFreeTag[1])))) {
     // _PyType_Lookup raises nothing (it clears lookup errors itself).
     if (_PyType_Lookup(Tp, Gate))
       return false; // a class attribute or descriptor: the slow path decides
     if (Tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) {
-      P.GateFreeType = Tp;
-      P.GateFreeTag = Tp->tp_version_tag;
+      // The older entry goes; the newest is always entry 0.
+      P.GateFreeType[1] = P.GateFreeType[0];
+      P.GateFreeTag[1] = P.GateFreeTag[0];
+      P.GateFreeType[0] = Tp;
+      P.GateFreeTag[0] = Tp->tp_version_tag;
     }
   }
   PyObject *Dict = nullptr;
@@ -741,8 +746,24 @@ DimensionMarkingPayload *guardjit::prepareDimensionMarking(PyObject *Spec,
   return P;
 }
 
+bool guardjit::sameUnmarkedSpec(const DimensionMarkingPayload &A,
+                                const DimensionMarkingPayload &B) {
+  if (!A.ExpectedAttrs.empty() || !A.DependentAttrs.empty() ||
+      !B.ExpectedAttrs.empty() || !B.DependentAttrs.empty() ||
+      A.AbsentAttrs.size() != B.AbsentAttrs.size())
+    return false;
+  for (size_t I = 0; I < A.AbsentAttrs.size(); ++I) {
+    PyObject *X = A.AbsentAttrs[I], *Y = B.AbsentAttrs[I];
+    // Exact strs compare without user code; equal strs are the same name.
+    if (!PyUnicode_CheckExact(X) || !PyUnicode_CheckExact(Y) ||
+        PyUnicode_Compare(X, Y) != 0)
+      return false;
+  }
+  return true;
+}
+
 void guardjit::releaseDimensionMarking(DimensionMarkingPayload *P) {
-  if (!P)
+  if (!P || --P->Refs > 0)
     return;
   for (auto &E : P->ExpectedAttrs) {
     Py_DECREF(E.Name);

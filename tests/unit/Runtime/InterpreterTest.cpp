@@ -885,6 +885,43 @@ TEST_F(InterpreterTest, DimensionMarking) {
                   "_dynamo_dynamic_indices={2})"));
 }
 
+TEST_F(InterpreterTest, IdenticalUnmarkedDimensionSpecsShareOnePayload) {
+  // One DIMENSION_DYNAMIC_MARKING per tensor, nearly all unmarked and
+  // identical: bind gives them one payload (fewer lines in a cold check);
+  // a marked spec keeps its own. The answers are each guard's.
+  exec("u1 = ({}, ['_dynamo_dynamic_indices', '_dynamo_static_indices'], {})\n"
+       "u2 = ({}, ['_dynamo_dynamic_indices', '_dynamo_static_indices'], {})\n"
+       "u3 = ({}, ['_dynamo_static_indices'], {})\n"
+       "m1 = ({'_dynamo_dynamic_indices': {0}}, ['_dynamo_static_indices'], {})\n"
+       "def gated(**attrs):\n"
+       "    o = Obj()\n"
+       "    o._has_dynamo_dim_marking = True\n"
+       "    for k, v in attrs.items(): setattr(o, k, v)\n"
+       "    return o\n");
+  SetBuilder SB;
+  for (const char *Spec : {"u1", "u2", "u3", "m1"})
+    SB.guard(GuardKind::DimensionMarking,
+             {SB.local((std::string("t_") + Spec).c_str())},
+             SB.object(global(Spec), true, ObjectKind::Constant));
+  auto B = SB.bind();
+  EXPECT_EQ(B->payload(0), B->payload(1));
+  EXPECT_NE(B->payload(0), B->payload(2)); // other absent names
+  EXPECT_NE(B->payload(0), B->payload(3)); // marked
+  auto run = [&](const char *A, const char *C, const char *D, const char *E) {
+    std::string L = std::string("{'t_u1': ") + A + ", 't_u2': " + C +
+                    ", 't_u3': " + D + ", 't_m1': " + E + "}";
+    return check(*B, locals(L.c_str()));
+  };
+  EXPECT_TRUE(run("Obj()", "Obj()", "Obj()", "Obj()"));
+  // Sharing never mixes up the answers: each slot fails on its own.
+  EXPECT_FALSE(run("Obj()", "gated()", "Obj()", "Obj()"));
+  EXPECT_FALSE(run("gated()", "Obj()", "Obj()", "Obj()"));
+  EXPECT_TRUE(run("Obj()", "Obj()", "Obj()",
+                  "gated(_dynamo_dynamic_indices={0})"));
+  EXPECT_FALSE(run("Obj()", "Obj()", "Obj()",
+                   "gated(_dynamo_dynamic_indices={1})"));
+}
+
 TEST_F(InterpreterTest, DimensionMarkingGateLookupMatchesHasattr) {
   // With no markings compiled in, the guard is exactly
   // `not hasattr(t, '_has_dynamo_dim_marking')`: exercise every branch of the
