@@ -76,7 +76,7 @@ BoundGuardSet::~BoundGuardSet() {
       continue;
     if (Guards[I].Kind == GuardKind::DimensionMarking)
       releaseDimensionMarking(
-          static_cast<DimensionMarkingPayload *>(Payloads[I]));
+          static_cast<DimensionMarkingSlot *>(Payloads[I])->Spec);
     else if (Hooks && Hooks->release)
       Hooks->release(Guards[I], Payloads[I]);
   }
@@ -252,6 +252,13 @@ BoundGuardSet::bind(std::shared_ptr<const GuardSet> SetPtr,
   B->Payloads.assign(Guards.size(), nullptr);
   const TorchHooks *Hooks = torchHooks();
   std::vector<DimensionMarkingPayload *> Unmarked;
+  size_t NumMarking = std::count_if(Guards.begin(), Guards.end(),
+                                    [](const Guard &G) {
+                                      return G.Kind ==
+                                             GuardKind::DimensionMarking;
+                                    });
+  B->MarkingSlots = std::make_unique<DimensionMarkingSlot[]>(NumMarking);
+  size_t NextSlot = 0;
   for (size_t I = 0; I < Guards.size(); ++I) {
     const Guard &G = Guards[I];
     if (guardNeedsLocalState(G.Kind))
@@ -272,7 +279,9 @@ BoundGuardSet::bind(std::shared_ptr<const GuardSet> SetPtr,
       if (P->Refs == 1 && P->ExpectedAttrs.empty() &&
           P->DependentAttrs.empty() && Unmarked.size() < 8)
         Unmarked.push_back(P);
-      B->Payloads[I] = P;
+      DimensionMarkingSlot &Slot = B->MarkingSlots[NextSlot++];
+      Slot.Spec = P;
+      B->Payloads[I] = &Slot;
       continue;
     }
     if (!isTorchGuard(G.Kind))

@@ -35,9 +35,6 @@ struct DimensionMarkingPayload {
   // with the GIL held; never changes an answer.
   mutable PyTypeObject *GateFreeType[2] = {nullptr, nullptr};
   mutable unsigned int GateFreeTag[2] = {0, 0};
-  /// ... and the last instance dict a pure probe found without the gate, by
-  /// (address, PEP 509 tag) as in DictReadCache (Value unused).
-  mutable DictReadCache GateFreeDict;
   /// Guards of one bound set sharing this payload (bind shares the payload
   /// of identical unmarked specs; releaseDimensionMarking frees at zero).
   unsigned Refs = 1;
@@ -56,6 +53,18 @@ struct DimensionMarkingPayload {
   std::vector<Dependent> DependentAttrs;
 
 };
+
+/// What one DIMENSION_DYNAMIC_MARKING guard's payload pointer points to: its
+/// (possibly shared) spec and its own memo of the last gate-free instance
+/// dict, by (address, PEP 509 tag) as in DictReadCache (Value unused): a
+/// guard sees the same tensor call after call, while a shared memo would
+/// thrash between tensors. bind() lays the slots out contiguously (two per
+/// cache line).
+struct DimensionMarkingSlot {
+  DimensionMarkingPayload *Spec = nullptr; ///< one of Spec->Refs shares
+  mutable DictReadCache GateFreeDict;
+};
+static_assert(sizeof(DimensionMarkingSlot) == 32, "two slots per line");
 
 /// Builds the payload from the bound tuple (see the file comment). GIL held.
 /// Returns nullptr and sets *Error when `Spec` has the wrong shape.

@@ -563,7 +563,8 @@ static const MarkingNames *markingNames() {
 /// a live type at the memo's address with the memo's valid tag is the same
 /// type in the same state.
 static bool surelyHasNoAttr(PyObject *Value, PyObject *Gate,
-                            const DimensionMarkingPayload &P) {
+                            const DimensionMarkingSlot &Slot) {
+  const DimensionMarkingPayload &P = *Slot.Spec;
   PyTypeObject *Tp = Py_TYPE(Value);
   if (Tp->tp_getattro != PyObject_GenericGetAttr)
     return false;
@@ -598,7 +599,7 @@ static bool surelyHasNoAttr(PyObject *Value, PyObject *Gate,
   // The last gate-free instance dict, unchanged (see DictReadCache): the
   // probe below would miss again. Tensors passed by one guard are usually
   // the same object call after call, with a __dict__ nobody writes.
-  DictReadCache &Memo = P.GateFreeDict;
+  DictReadCache &Memo = Slot.GateFreeDict;
   auto *D = reinterpret_cast<PyDictObject *>(Dict);
   if (Dict == Memo.Dict && Py_TYPE(Dict) == &PyDict_Type &&
       D->ma_version_tag == Memo.Tag)
@@ -636,11 +637,12 @@ extern "C" int gj_rt_dimension_marking(PyObject *Value, const void *Payload) {
   //      getattr(v, name, None) == expected.
   // Dynamo raises (TORCH_CHECK) when issubset cannot be called; that is a
   // failed check here.
-  const auto *P = static_cast<const DimensionMarkingPayload *>(Payload);
+  const auto *Slot = static_cast<const DimensionMarkingSlot *>(Payload);
   const MarkingNames *Names = markingNames();
-  if (!P || !Names)
+  if (!Slot || !Slot->Spec || !Names)
     return 0;
-  if (surelyHasNoAttr(Value, Names->Gate, *P) ||
+  const DimensionMarkingPayload *P = Slot->Spec;
+  if (surelyHasNoAttr(Value, Names->Gate, *Slot) ||
       !PyObject_HasAttr(Value, Names->Gate))
     return 1;
   if (P->ExpectedAttrs.empty() && P->DependentAttrs.empty())

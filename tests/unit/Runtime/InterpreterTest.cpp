@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 #include "guardjit/Runtime/Interpreter.h"
 
+#include "../../../lib/Runtime/DimensionMarking.h" // private: payload sharing
 #include "guardjit/Runtime/BoundGuardSet.h"
 #include "guardjit/Runtime/CPythonABI.h"
 #include "guardjit/Runtime/RuntimeHelpers.h"
@@ -904,9 +905,15 @@ TEST_F(InterpreterTest, IdenticalUnmarkedDimensionSpecsShareOnePayload) {
              {SB.local((std::string("t_") + Spec).c_str())},
              SB.object(global(Spec), true, ObjectKind::Constant));
   auto B = SB.bind();
-  EXPECT_EQ(B->payload(0), B->payload(1));
-  EXPECT_NE(B->payload(0), B->payload(2)); // other absent names
-  EXPECT_NE(B->payload(0), B->payload(3)); // marked
+  // Each guard has its own slot (its dict memo) over a shared spec.
+  auto Spec = [&](size_t I) {
+    return static_cast<const DimensionMarkingSlot *>(B->payload(I))->Spec;
+  };
+  EXPECT_NE(B->payload(0), B->payload(1));
+  EXPECT_EQ(Spec(0), Spec(1));
+  EXPECT_EQ(Spec(0)->Refs, 2u);
+  EXPECT_NE(Spec(0), Spec(2)); // other absent names
+  EXPECT_NE(Spec(0), Spec(3)); // marked
   auto run = [&](const char *A, const char *C, const char *D, const char *E) {
     std::string L = std::string("{'t_u1': ") + A + ", 't_u2': " + C +
                     ", 't_u3': " + D + ", 't_m1': " + E + "}";
