@@ -76,7 +76,7 @@ BoundGuardSet::~BoundGuardSet() {
       continue;
     if (Guards[I].Kind == GuardKind::DimensionMarking)
       releaseDimensionMarking(
-          static_cast<DimensionMarkingPayload *>(Payloads[I]));
+          static_cast<DimensionMarkingSlot *>(Payloads[I])->Spec);
     else if (Hooks && Hooks->release)
       Hooks->release(Guards[I], Payloads[I]);
   }
@@ -254,18 +254,42 @@ BoundGuardSet::bind(std::shared_ptr<const GuardSet> SetPtr,
   }
   B->Memos = std::make_unique<DictReadCache[]>(NumMemos);
 
-  // 6. Payloads.
+  // 6. Payloads. Identical unmarked DIMENSION_DYNAMIC_MARKING specs (one
+  // per tensor, nearly all the same) share one payload: a cold check then
+  // reads one payload for all of them instead of one per tensor.
   B->Payloads.assign(Guards.size(), nullptr);
   const TorchHooks *Hooks = torchHooks();
+  std::vector<DimensionMarkingPayload *> Unmarked;
+  size_t NumMarking = std::count_if(Guards.begin(), Guards.end(),
+                                    [](const Guard &G) {
+                                      return G.Kind ==
+                                             GuardKind::DimensionMarking;
+                                    });
+  B->MarkingSlots = std::make_unique<DimensionMarkingSlot[]>(NumMarking);
+  size_t NextSlot = 0;
   for (size_t I = 0; I < Guards.size(); ++I) {
     const Guard &G = Guards[I];
     if (guardNeedsLocalState(G.Kind))
       B->NeedsLocalState = true;
     std::string Err;
     if (G.Kind == GuardKind::DimensionMarking) {
-      B->Payloads[I] = prepareDimensionMarking(B->Objects[G.Object], &Err);
-      if (!B->Payloads[I])
+      DimensionMarkingPayload *P =
+          prepareDimensionMarking(B->Objects[G.Object], &Err);
+      if (!P)
         return Fail(describeGuard(S, I) + ": " + Err);
+      for (DimensionMarkingPayload *Q : Unmarked)
+        if (sameUnmarkedSpec(*P, *Q)) {
+          releaseDimensionMarking(P);
+          ++Q->Refs;
+          P = Q;
+          break;
+        }
+      if (P->Refs == 1 && P->ExpectedAttrs.empty() &&
+          P->DependentAttrs.empty() && Unmarked.size() < 8)
+        Unmarked.push_back(P);
+      DimensionMarkingSlot &Slot = B->MarkingSlots[NextSlot++];
+      Slot.Spec = P;
+      B->Payloads[I] = &Slot;
       continue;
     }
     if (!isTorchGuard(G.Kind))

@@ -27,6 +27,18 @@ namespace guardjit {
 /// mutation of the recorder's dicts cannot change or free what the check
 /// reads (Dynamo likewise copies the containers but keeps the set objects).
 struct DimensionMarkingPayload {
+  // Read on every check, first: the memo of the fast "no
+  // _has_dynamo_dim_marking" test (RuntimeHelpers.cpp), two gate-free types
+  // (a set usually guards both Tensors and Parameters) by their
+  // attribute-cache version: `_PyType_Lookup(GateFreeType[I], gate)` was
+  // NULL while the type's tag was GateFreeTag[I]. Not references; written
+  // with the GIL held; never changes an answer.
+  mutable PyTypeObject *GateFreeType[2] = {nullptr, nullptr};
+  mutable unsigned int GateFreeTag[2] = {0, 0};
+  /// Guards of one bound set sharing this payload (bind shares the payload
+  /// of identical unmarked specs; releaseDimensionMarking frees at zero).
+  unsigned Refs = 1;
+
   struct Expected {
     PyObject *Name; ///< str attribute name
     PyObject *Set;  ///< compile-time marking set; `issubset` argument
@@ -40,23 +52,33 @@ struct DimensionMarkingPayload {
   std::vector<PyObject *> AbsentAttrs;
   std::vector<Dependent> DependentAttrs;
 
-  /// Memo of the fast "no _has_dynamo_dim_marking" test (RuntimeHelpers.cpp):
-  /// `_PyType_Lookup(GateFreeType, gate)` was NULL while the type's
-  /// attribute-cache version was GateFreeTag. Not references; written with
-  /// the GIL held; never changes an answer.
-  mutable PyTypeObject *GateFreeType = nullptr;
-  mutable unsigned int GateFreeTag = 0;
-  /// ... and the last instance dict a pure probe found without the gate, by
-  /// (address, PEP 509 tag) as in DictReadCache (Value unused).
+};
+
+/// What one DIMENSION_DYNAMIC_MARKING guard's payload pointer points to: its
+/// (possibly shared) spec and its own memo of the last gate-free instance
+/// dict, by (address, PEP 509 tag) as in DictReadCache (Value unused): a
+/// guard sees the same tensor call after call, while a shared memo would
+/// thrash between tensors. bind() lays the slots out contiguously (two per
+/// cache line).
+struct DimensionMarkingSlot {
+  DimensionMarkingPayload *Spec = nullptr; ///< one of Spec->Refs shares
   mutable DictReadCache GateFreeDict;
 };
+static_assert(sizeof(DimensionMarkingSlot) == 32, "two slots per line");
 
 /// Builds the payload from the bound tuple (see the file comment). GIL held.
 /// Returns nullptr and sets *Error when `Spec` has the wrong shape.
 DimensionMarkingPayload *prepareDimensionMarking(PyObject *Spec,
                                                  std::string *Error);
-/// Releases the references and frees the payload. GIL held.
+/// Drops one guard's share; the last releases the references and frees the
+/// payload. GIL held.
 void releaseDimensionMarking(DimensionMarkingPayload *P);
+/// Whether payloads `A` and `B` always give the same answer on the same
+/// value: both for an unmarked tensor (no expected or dependent attrs) with
+/// the same absent attribute names (exact strs, equal, in order). Then one
+/// payload serves both guards. GIL held.
+bool sameUnmarkedSpec(const DimensionMarkingPayload &A,
+                      const DimensionMarkingPayload &B);
 
 } // namespace guardjit
 

@@ -12,6 +12,7 @@
 
 #include "DimensionMarking.h"
 #include "guardjit/Runtime/CPythonABI.h"
+#include "guardjit/Runtime/PythonAttr.h"
 
 // PyDictKeysObject::dk_kind (is every key an exact str?) is only in the
 // internal header; the layout is CPython 3.11's, pinned by Python.h.
@@ -141,7 +142,18 @@ extern "C" PyObject *gj_rt_generic_dict(PyObject *Obj) {
 }
 
 extern "C" PyObject *gj_rt_getattr(PyObject *Obj, PyObject *Name) {
-  // GetAttrGuardAccessor.
+  // GetAttrGuardAccessor. Types whose attribute access runs a registered
+  // Python function (nn.Module.__getattr__, transformers' config
+  // __getattribute__) are read natively with the same result (PythonAttr.h).
+  PyObject *Known;
+  switch (knownGetAttr(Obj, Name, &Known)) {
+  case AttrOutcome::Found:
+    return Known;
+  case AttrOutcome::Missing:
+    return nullptr;
+  case AttrOutcome::Unknown:
+    break;
+  }
   PyObject *X = PyObject_GetAttr(Obj, Name);
   if (!X)
     PyErr_Clear();
@@ -415,7 +427,18 @@ extern "C" int gj_rt_dict_contains_fill(PyObject *Dict, PyObject *Key,
 
 extern "C" int gj_rt_no_hasattr(PyObject *Value, PyObject *Name) {
   // NO_HASATTR: on 3.11 PyObject_HasAttr swallows every exception, so a
-  // raising __getattr__ counts as absent.
+  // raising __getattr__ counts as absent: hasattr is "getattr returns a
+  // value", which knownGetAttr decides without an exception when it can.
+  PyObject *Known;
+  switch (knownGetAttr(Value, Name, &Known)) {
+  case AttrOutcome::Found:
+    Py_DECREF(Known);
+    return 0;
+  case AttrOutcome::Missing:
+    return 1;
+  case AttrOutcome::Unknown:
+    break;
+  }
   return PyObject_HasAttr(Value, Name) == 0;
 }
 
@@ -540,19 +563,25 @@ static const MarkingNames *markingNames() {
 /// a live type at the memo's address with the memo's valid tag is the same
 /// type in the same state.
 static bool surelyHasNoAttr(PyObject *Value, PyObject *Gate,
-                            const DimensionMarkingPayload &P) {
+                            const DimensionMarkingSlot &Slot) {
+  const DimensionMarkingPayload &P = *Slot.Spec;
   PyTypeObject *Tp = Py_TYPE(Value);
   if (Tp->tp_getattro != PyObject_GenericGetAttr)
     return false;
   bool ValidTag = Tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG;
-  if (!(ValidTag && Tp == P.GateFreeType &&
-        Tp->tp_version_tag == P.GateFreeTag)) {
+  if (!(ValidTag && ((Tp == P.GateFreeType[0] &&
+                      Tp->tp_version_tag == P.GateFreeTag[0]) ||
+                     (Tp == P.GateFreeType[1] &&
+                      Tp->tp_version_tag == P.GateFreeTag[1])))) {
     // _PyType_Lookup raises nothing (it clears lookup errors itself).
     if (_PyType_Lookup(Tp, Gate))
       return false; // a class attribute or descriptor: the slow path decides
     if (Tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) {
-      P.GateFreeType = Tp;
-      P.GateFreeTag = Tp->tp_version_tag;
+      // The older entry goes; the newest is always entry 0.
+      P.GateFreeType[1] = P.GateFreeType[0];
+      P.GateFreeTag[1] = P.GateFreeTag[0];
+      P.GateFreeType[0] = Tp;
+      P.GateFreeTag[0] = Tp->tp_version_tag;
     }
   }
   PyObject *Dict = nullptr;
@@ -570,7 +599,7 @@ static bool surelyHasNoAttr(PyObject *Value, PyObject *Gate,
   // The last gate-free instance dict, unchanged (see DictReadCache): the
   // probe below would miss again. Tensors passed by one guard are usually
   // the same object call after call, with a __dict__ nobody writes.
-  DictReadCache &Memo = P.GateFreeDict;
+  DictReadCache &Memo = Slot.GateFreeDict;
   auto *D = reinterpret_cast<PyDictObject *>(Dict);
   if (Dict == Memo.Dict && Py_TYPE(Dict) == &PyDict_Type &&
       D->ma_version_tag == Memo.Tag)
@@ -608,11 +637,12 @@ extern "C" int gj_rt_dimension_marking(PyObject *Value, const void *Payload) {
   //      getattr(v, name, None) == expected.
   // Dynamo raises (TORCH_CHECK) when issubset cannot be called; that is a
   // failed check here.
-  const auto *P = static_cast<const DimensionMarkingPayload *>(Payload);
+  const auto *Slot = static_cast<const DimensionMarkingSlot *>(Payload);
   const MarkingNames *Names = markingNames();
-  if (!P || !Names)
+  if (!Slot || !Slot->Spec || !Names)
     return 0;
-  if (surelyHasNoAttr(Value, Names->Gate, *P) ||
+  const DimensionMarkingPayload *P = Slot->Spec;
+  if (surelyHasNoAttr(Value, Names->Gate, *Slot) ||
       !PyObject_HasAttr(Value, Names->Gate))
     return 1;
   if (P->ExpectedAttrs.empty() && P->DependentAttrs.empty())
@@ -718,8 +748,24 @@ DimensionMarkingPayload *guardjit::prepareDimensionMarking(PyObject *Spec,
   return P;
 }
 
+bool guardjit::sameUnmarkedSpec(const DimensionMarkingPayload &A,
+                                const DimensionMarkingPayload &B) {
+  if (!A.ExpectedAttrs.empty() || !A.DependentAttrs.empty() ||
+      !B.ExpectedAttrs.empty() || !B.DependentAttrs.empty() ||
+      A.AbsentAttrs.size() != B.AbsentAttrs.size())
+    return false;
+  for (size_t I = 0; I < A.AbsentAttrs.size(); ++I) {
+    PyObject *X = A.AbsentAttrs[I], *Y = B.AbsentAttrs[I];
+    // Exact strs compare without user code; equal strs are the same name.
+    if (!PyUnicode_CheckExact(X) || !PyUnicode_CheckExact(Y) ||
+        PyUnicode_Compare(X, Y) != 0)
+      return false;
+  }
+  return true;
+}
+
 void guardjit::releaseDimensionMarking(DimensionMarkingPayload *P) {
-  if (!P)
+  if (!P || --P->Refs > 0)
     return;
   for (auto &E : P->ExpectedAttrs) {
     Py_DECREF(E.Name);

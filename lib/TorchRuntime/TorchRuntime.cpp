@@ -32,6 +32,7 @@
 #include "guardjit/Runtime/TorchHooks.h"
 
 #include <array>
+#include <new>
 #include <optional>
 #include <string>
 #include <vector>
@@ -82,19 +83,34 @@ void readLocalState(LocalState *State) {
 // TENSOR_MATCH
 //===----------------------------------------------------------------------===//
 
-struct TensorPayload {
+/// One allocation per guard, 64-byte aligned and read front to back, so a
+/// cold TENSOR_MATCH touches one payload line for tensors of up to 2 dims
+/// (two up to 6): the header, then per dim the expected size and stride
+/// (dims()[2*I], dims()[2*I+1]). A dim Dynamo leaves dynamic (nullopt in the
+/// TensorSpec) has its bit set in DynamicSizes / DynamicStrides and is not
+/// compared; hence at most MaxDims dims (prepare rejects more, and the unit
+/// stays on Dynamo's path).
+struct alignas(64) TensorPayload {
+  static constexpr unsigned MaxDims = 32;
   PyTypeObject *PyType; ///< borrowed from the bound object table
   uint64_t DispatchKeys;
   c10::ScalarType DType;
   c10::DeviceIndex DeviceIndex;
   bool RequiresGrad;
-  std::vector<std::optional<int64_t>> Sizes;
-  std::vector<std::optional<int64_t>> Strides;
+  uint8_t NDim;
+  uint32_t DynamicSizes;
+  uint32_t DynamicStrides;
+  int64_t *dims() { return reinterpret_cast<int64_t *>(this + 1); }
+  const int64_t *dims() const {
+    return reinterpret_cast<const int64_t *>(this + 1);
+  }
 };
+static_assert(sizeof(TensorPayload) == 64 && alignof(TensorPayload) == 64,
+              "the header is one line; dims follow it");
 
 /// Dynamo compares SymInt != SymInt; for concrete sizes that is an integer
 /// compare, and the SymInt path is kept for symbolic ones.
-bool symIntDiffers(const c10::SymInt &Actual, int64_t Expected) {
+inline bool symIntDiffers(const c10::SymInt &Actual, int64_t Expected) {
   if (std::optional<int64_t> A = Actual.maybe_as_int())
     return *A != Expected;
   return Actual != c10::SymInt(Expected);
@@ -107,6 +123,8 @@ int tensorMatch(PyObject *Value, const void *Payload, const LocalState *State) {
   if (Py_TYPE(Value) != P.PyType)
     return 0;
   try {
+    // One TensorImpl for every field below (TensorCheck::check reads the
+    // same fields of the same tensor).
     const at::Tensor &T = THPVariable_Unpack(Value);
     uint64_t Keys =
         (T.key_set().raw_repr() | State->Included) & ~State->Excluded;
@@ -115,7 +133,7 @@ int tensorMatch(PyObject *Value, const void *Payload, const LocalState *State) {
         T.requires_grad() != P.RequiresGrad)
       return 0;
     c10::SymIntArrayRef Sizes = T.sym_sizes();
-    if (Sizes.size() != P.Sizes.size())
+    if (Sizes.size() != P.NDim)
       return 0;
     // TensorCheck::check: sparse compressed layouts have no strides and are
     // compared against a vector of -1.
@@ -125,13 +143,14 @@ int tensorMatch(PyObject *Value, const void *Payload, const LocalState *State) {
     c10::SymIntArrayRef Strides;
     if (!NoStrides)
       Strides = T.sym_strides();
-    for (size_t I = 0; I < Sizes.size(); ++I) {
-      if (P.Sizes[I] && symIntDiffers(Sizes[I], *P.Sizes[I]))
+    const int64_t *D = P.dims();
+    for (unsigned I = 0; I < P.NDim; ++I) {
+      if (!(P.DynamicSizes >> I & 1) && symIntDiffers(Sizes[I], D[2 * I]))
         return 0;
-      if (!P.Strides[I])
+      if (P.DynamicStrides >> I & 1)
         continue;
-      if (NoStrides ? *P.Strides[I] != -1
-                    : symIntDiffers(Strides[I], *P.Strides[I]))
+      if (NoStrides ? D[2 * I + 1] != -1
+                    : symIntDiffers(Strides[I], D[2 * I + 1]))
         return 0;
     }
     return 1;
@@ -141,6 +160,12 @@ int tensorMatch(PyObject *Value, const void *Payload, const LocalState *State) {
     PyErr_Clear();
     return 0;
   }
+}
+
+void releaseTensorMatch(void *Payload) {
+  auto *P = static_cast<TensorPayload *>(Payload);
+  P->~TensorPayload();
+  ::operator delete(P, std::align_val_t(alignof(TensorPayload)));
 }
 
 void *prepareTensorMatch(const GuardSet &Set, const Guard &G,
@@ -164,13 +189,33 @@ void *prepareTensorMatch(const GuardSet &Set, const Guard &G,
              " is not a c10::ScalarType";
     return nullptr;
   }
-  return new TensorPayload{reinterpret_cast<PyTypeObject *>(Type),
-                           Spec.DispatchKeys,
-                           static_cast<c10::ScalarType>(Spec.DType),
-                           static_cast<c10::DeviceIndex>(Spec.DeviceIndex),
-                           Spec.RequiresGrad,
-                           Spec.Sizes,
-                           Spec.Strides};
+  if (Spec.Sizes.size() > TensorPayload::MaxDims) {
+    *Error = "tensor spec has " + std::to_string(Spec.Sizes.size()) +
+             " dims; guardjit's TENSOR_MATCH takes at most " +
+             std::to_string(TensorPayload::MaxDims);
+    return nullptr;
+  }
+  size_t NDim = Spec.Sizes.size();
+  void *Mem = ::operator new(sizeof(TensorPayload) + 2 * NDim * sizeof(int64_t),
+                             std::align_val_t(alignof(TensorPayload)));
+  auto *P = new (Mem) TensorPayload{reinterpret_cast<PyTypeObject *>(Type),
+                                    Spec.DispatchKeys,
+                                    static_cast<c10::ScalarType>(Spec.DType),
+                                    static_cast<c10::DeviceIndex>(Spec.DeviceIndex),
+                                    Spec.RequiresGrad,
+                                    static_cast<uint8_t>(NDim),
+                                    0,
+                                    0};
+  int64_t *D = P->dims();
+  for (size_t I = 0; I < NDim; ++I) {
+    D[2 * I] = Spec.Sizes[I].value_or(0);
+    D[2 * I + 1] = Spec.Strides[I].value_or(0);
+    if (!Spec.Sizes[I])
+      P->DynamicSizes |= uint32_t(1) << I;
+    if (!Spec.Strides[I])
+      P->DynamicStrides |= uint32_t(1) << I;
+  }
+  return P;
 }
 
 //===----------------------------------------------------------------------===//
@@ -541,7 +586,7 @@ void *prepare(const GuardSet &Set, const Guard &G, PyObject *const *Objects,
 void release(const Guard &G, void *Payload) {
   switch (G.Kind) {
   case GuardKind::TensorMatch:
-    delete static_cast<TensorPayload *>(Payload);
+    releaseTensorMatch(Payload);
     return;
   case GuardKind::GlobalState:
     delete static_cast<GlobalStatePayload *>(Payload);

@@ -61,6 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--backend", default=None,
                        help="backend of the end-to-end and cache-lookup runs (default: eager; "
                             "e.g. inductor); guard checks always use eager")
+    bench.add_argument("--core", action="store_true",
+                       help="only the default check, lookup, end to end and torch's unsafe "
+                            "options beside them (no other option, no passes): for "
+                            "before/after pairs")
     bench.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -123,6 +127,7 @@ def _bench(args: argparse.Namespace) -> int:
     settings = run.Settings.quick_mode() if args.quick else run.Settings()
     if args.backend:
         settings.e2e_backend = args.backend
+    settings.core = args.core
     data = run.run(args.models, settings, progress=not args.no_progress)
     if args.markdown:
         print(report.main_table(data, markdown=True))

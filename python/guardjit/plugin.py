@@ -39,7 +39,7 @@ import torch._dynamo.guards as dynamo_guards
 from torch._C._dynamo.guards import RootGuardManager
 from torch._guards import CompileContext
 
-from guardjit import _core, recorder, stance
+from guardjit import _core, pyattr, recorder, stance
 
 _PYTHON_GUARDS = ("LAMBDA_GUARD", "LAMBDA_GUARD (epilogue)")
 
@@ -191,6 +191,8 @@ def _fallback(name: str, guards: int, reason: str, code: Any = None) -> None:
 
 def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
     root = wrapper.root
+    # transformers may have been imported since the last unit.
+    pyattr.ensure_registered()
     compile_id = str(CompileContext.current_compile_id())
     rec = recorder.take(root)
     recorder.reset()  # drop abandoned recordings (e.g. the filter's first build)
@@ -386,6 +388,7 @@ def install_hooks() -> None:
     if dynamo_guards.guard_manager_testing_hook_fn is not _hook:
         _previous_hook = dynamo_guards.guard_manager_testing_hook_fn
         dynamo_guards.guard_manager_testing_hook_fn = _hook
+    pyattr.ensure_registered()
     _installed = True
 
 
@@ -474,5 +477,8 @@ def stats() -> dict[str, Any]:
         "diffset_roots_reused": c.get("diffset_roots_reused", 0),
         "diffset_errors": c.get("diffset_errors", 0) + c.get("diffset_failures", 0),
         "diffset_us": c.get("diffset_us", 0.0),
+        # Python attribute hooks read natively (pyattr.py): per function its
+        # registration status, and reads decided natively / handed back.
+        "python_accessors": {"functions": pyattr.status(), **pyattr.stats()},
     }
 

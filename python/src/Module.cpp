@@ -17,6 +17,7 @@
 #include "guardjit/Runtime/Interpreter.h"
 #include "guardjit/Runtime/ObjectFacts.h"
 #include "guardjit/Transforms/DiffSet.h"
+#include "guardjit/Runtime/PythonAttr.h"
 #include "guardjit/Transforms/PassPipeline.h"
 #include "guardjit/TorchRuntime/TorchRuntime.h"
 
@@ -526,6 +527,42 @@ PYBIND11_MODULE(_core, M) {
         "Mirrors torch's thread-local of the same name for this thread.");
   M.def("masks_python_keys", &masksPythonKeys,
         "Whether TENSOR_MATCH on this thread masks the Python dispatch keys.");
+
+  M.def(
+      "register_module_getattr",
+      [](py::handle Fn) {
+        std::string Error;
+        if (!registerModuleGetattr(Fn.ptr(), &Error))
+          throw py::value_error("guardjit: " + Error);
+      },
+      py::arg("fn"),
+      "Registers torch.nn.Module.__getattr__ for native getattr/hasattr "
+      "(Runtime/PythonAttr.h). The caller checked its bytecode (pyattr.py).");
+  M.def(
+      "register_config_getattribute",
+      [](py::handle Outer, py::handle Inner) {
+        std::string Error;
+        if (!registerConfigGetattribute(Outer.ptr(), Inner.ptr(), &Error))
+          throw py::value_error("guardjit: " + Error);
+      },
+      py::arg("outer"), py::arg("inner"),
+      "Registers transformers' PreTrainedConfig.__getattribute__ and the "
+      "__getattribute__ its super() finds (HeterogeneousConfigMixin's).");
+  M.def("unregister_known_attr_functions", &unregisterKnownAttrFunctions,
+        "Drops both registrations: every read runs CPython's path.");
+  M.def(
+      "known_attr_stats",
+      [] {
+        KnownAttrStats S = knownAttrStats();
+        py::dict D;
+        D["module_reads"] = S.ModuleReads;
+        D["config_reads"] = S.ConfigReads;
+        D["delegated"] = S.Delegated;
+        return D;
+      },
+      "Attribute reads decided natively per registered function, and reads "
+      "of those types handed back to CPython, since the last reset.");
+  M.def("reset_known_attr_stats", &resetKnownAttrStats);
 
   M.attr("PY_VERSION_HEX") = PY_VERSION_HEX;
   M.attr("LLVM_VERSION") = LLVM_VERSION_STRING;

@@ -77,3 +77,8 @@ def test_guard_filter_dropping_every_guard_gives_an_empty_native_set():
     assert unit.guards == 0
     # Like Dynamo's empty tree, it accepts anything.
     assert _agree(unit, demo._frame_locals_for(unit, (x.double(), y)))
+    # Nothing to check: the cache entry keeps Dynamo's empty root, which
+    # torch's lookup skips (its no-guard fast path), instead of a root that
+    # would call guardjit's check to answer True.
+    assert unit.native_root is unit.dynamo_root
+    assert guardjit.stats()["units_empty"] >= 1

@@ -16,11 +16,12 @@ import sys
 import pytest
 
 from guardjit.bench.corpus import CORPUS
-from guardjit.bench.run import FILTERS, MODEL_FIELDS, OPTIONS, STANCE
+from guardjit.bench.run import FILTERS, MODEL_FIELDS, OPTIONS, STANCE, UNSAFE
 
 HF_MODELS = ("gpt2", "bert", "llama", "mistral", "t5")
 NUMERIC = ("guards", "dynamo_check_us", "guardjit_check_us", "ratio", "lookup_us_torch",
-           "lookup_us_guardjit", "call_us_torch", "call_us_guardjit", "compile_ms")
+           "lookup_us_guardjit", "call_us_torch", "call_us_guardjit", "compile_ms",
+           "python_frames_dynamo", "python_frames_guardjit")
 
 
 def _models() -> list[str]:
@@ -92,6 +93,36 @@ def test_every_option_is_recorded(quick_run):
         if st["status"] == "ok":
             assert isinstance(st["lookup_us_torch"], float)
             assert isinstance(st["lookup_us_guardjit"], float)
+        # torch with both unsafe options beside guardjit's sound figures.
+        un = m["options"][UNSAFE]
+        assert un["status"] == "ok" or un.get("error"), (m["name"], un)
+        if un["status"] == "ok":
+            for key in ("check_us", "lookup_us", "guardjit_check_us", "guardjit_lookup_us",
+                        "check_ratio", "lookup_ratio"):
+                assert isinstance(un[key], float), (m["name"], key, un[key])
+            assert isinstance(un["guards"], int) and isinstance(un["guardjit_guards"], int)
+
+
+def test_python_frames_are_counted(quick_run):
+    """Frames one check of each root enters (guardjit.frames), as ints, with
+    the per-function breakdown consistent with the total."""
+    data, stdout, _ = quick_run
+    for m in data["models"]:
+        for side in ("dynamo", "guardjit"):
+            n = m[f"python_frames_{side}"]
+            assert isinstance(n, int) and n >= 0, (m["name"], side, n)
+            by_code = m[f"python_frames_{side}_by_code"]
+            assert sum(by_code.values()) <= n, (m["name"], side)
+            assert all(isinstance(k, str) and ":" in k for k in by_code), by_code
+        # Dynamo's tree always runs its saved-tensors-hooks lambda in Python.
+        assert m["python_frames_dynamo"] >= 1, m["name"]
+        reads = m["python_accessor_reads"]
+        assert set(reads) == {"module_reads", "config_reads", "delegated"}, reads
+        if m["name"] in HF_MODELS:
+            # transformers configs run a Python __getattribute__: guardjit
+            # reads them natively (docs/guard-semantics.md §12).
+            assert reads["config_reads"] > 0, (m["name"], reads)
+    assert "Python frames" in stdout
 
 
 def test_table_and_plot(quick_run):

@@ -22,6 +22,8 @@
 
 namespace guardjit {
 
+struct DimensionMarkingSlot;
+
 class BoundGuardSet {
 public:
   /// Binds `Set`. Every object entry must have a non-zero Address (a live
@@ -67,6 +69,8 @@ private:
   static constexpr uint32_t NoMemo = ~uint32_t(0);
   std::vector<uint32_t> ValueMemo; ///< per value: index into Memos or NoMemo
   std::vector<uint32_t> GuardMemo; ///< per guard: index into Memos or NoMemo
+  /// The payloads of the DIMENSION_DYNAMIC_MARKING guards, contiguous.
+  std::unique_ptr<DimensionMarkingSlot[]> MarkingSlots;
   bool NeedsLocalState = false;
 };
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from guardjit.bench.run import FILTERS, OPTIONS, STANCE
+from guardjit.bench.run import FILTERS, OPTIONS, STANCE, UNSAFE
 
 _SHORT = {
     "install_free_tensors": "free-tensors",
@@ -21,6 +21,7 @@ _SHORT = {
     "skip_all_guards_unsafe": "skip-all",
     "use_recursive_dict_tags_for_guards": "dict-tags",
     STANCE: "skip-eval stance",
+    UNSAFE: "torch free-tensors+skip-all-nn vs guardjit sound",
 }
 
 
@@ -93,7 +94,7 @@ def _status(m: dict[str, Any]) -> str:
 def main_table(data: dict[str, Any], markdown: bool = False) -> str:
     head = ("model", "guards", "guardjit", "Dynamo check µs", "guardjit µs", "check ratio",
             "cold ratio", "lookup µs torch", "lookup µs guardjit", "lookup ratio",
-            "call µs torch", "call µs guardjit", "JIT ms")
+            "call µs torch", "call µs guardjit", "JIT ms", "Python frames Dynamo / guardjit")
     rows = [head]
     for m in data["models"]:
         rows.append((m["name"], _f(m.get("guards"), "{}"), _status(m),
@@ -102,7 +103,9 @@ def main_table(data: dict[str, Any], markdown: bool = False) -> str:
                      _f(m.get("lookup_us_torch")), _f(m.get("lookup_us_guardjit")),
                      _spread(m, "lookup_ratio"),
                      _f(m.get("call_us_torch"), "{:.1f}"), _f(m.get("call_us_guardjit"), "{:.1f}"),
-                     _f(m.get("compile_ms"), "{:.1f}")))
+                     _f(m.get("compile_ms"), "{:.1f}"),
+                     f"{_f(m.get('python_frames_dynamo'), '{}')} / "
+                     f"{_f(m.get('python_frames_guardjit'), '{}')}"))
     return _table(rows, markdown)
 
 
@@ -117,6 +120,12 @@ def options_table(data: dict[str, Any], markdown: bool = False) -> str:
             if o == STANCE:
                 cells.append("lookup " + _f(e.get("lookup_us_torch")) + " / "
                              + _f(e.get("lookup_us_guardjit")) if e.get("status") == "ok"
+                             else e.get("status", "-"))
+                continue
+            if o == UNSAFE:
+                cells.append(f"check {_f(e.get('check_us'))} / {_f(e.get('guardjit_check_us'))}"
+                             f", lookup {_f(e.get('lookup_us'))} / "
+                             f"{_f(e.get('guardjit_lookup_us'))}" if e.get("status") == "ok"
                              else e.get("status", "-"))
                 continue
             if e.get("status") == "error":
@@ -171,6 +180,15 @@ def summary(data: dict[str, Any]) -> dict[str, Any]:
         "median_lookup_ratio": statistics.median(lk) if lk else None,
         "min_lookup_ratio": min(lk) if lk else None,
     }
+    # guardjit's sound figures against torch with both unsafe options.
+    un = [(m.get("options") or {}).get(UNSAFE) or {} for m in data["models"]]
+    uc = [u["check_ratio"] for u in un if u.get("status") == "ok" and u.get("check_ratio")]
+    ul = [u["lookup_ratio"] for u in un if u.get("status") == "ok" and u.get("lookup_ratio")]
+    out["median_check_ratio_vs_unsafe"] = statistics.median(uc) if uc else None
+    out["median_lookup_ratio_vs_unsafe"] = statistics.median(ul) if ul else None
+    out["python_frames"] = {m["name"]: [m.get("python_frames_dynamo"),
+                                        m.get("python_frames_guardjit")]
+                            for m in data["models"]}
     out["targets"] = {
         "median check >= 10x": bool(out["median_check_ratio"] and out["median_check_ratio"] >= 10),
         "every model check >= 3x": bool(out["min_check_ratio"] and out["min_check_ratio"] >= 3),
@@ -184,7 +202,8 @@ def format_text(data: dict[str, Any]) -> str:
     s = summary(data)
     parts = [main_table(data), "",
              "guard check with each option: guards, Dynamo µs / guardjit µs "
-             "(stance: cache lookup µs, torch / guardjit)",
+             "(stance: cache lookup µs, torch / guardjit; last column: torch with both "
+             "unsafe options / guardjit with none, check and lookup µs)",
              options_table(data), "",
              "guardjit's passes on the recorded IR: guards, guardjit check µs (filters run "
              "with the default pipeline after them)",

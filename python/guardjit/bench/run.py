@@ -21,7 +21,15 @@ Per model, in one process:
    ``install_free_tensors``, the six ``guard_filter_fn`` filters of
    ``torch.compiler``, ``use_recursive_dict_tags_for_guards``; and the
    ``skip_guard_eval_unsafe`` stance, whose cache lookup and call time are
-   measured on the two compiled models of step 2.
+   measured on the two compiled models of step 2. ``UNSAFE``
+   (``install_free_tensors`` and ``skip_guard_on_all_nn_modules_unsafe``
+   together) is a third ``torch.compile`` side of step 2: torch's check and
+   lookup under both options against guardjit's sound (default) check and
+   lookup, interleaved.
+
+Per model, ``python_frames_dynamo`` / ``python_frames_guardjit`` count the
+Python frames one check of each root enters on the same frame locals
+(:mod:`guardjit.frames`).
 
 Everything runs under ``torch.no_grad()`` (a serving loop). A step that fails
 is recorded with its error; a compile unit left on Dynamo's path is recorded
@@ -30,6 +38,7 @@ with guardjit's reason. Nothing here raises for one model.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import statistics
@@ -57,12 +66,15 @@ FILTERS = (
 )
 CONFIG_OPTIONS = ("install_free_tensors", "use_recursive_dict_tags_for_guards")
 STANCE = "skip_guard_eval_unsafe"
-OPTIONS = CONFIG_OPTIONS[:1] + FILTERS + CONFIG_OPTIONS[1:] + (STANCE,)
+# torch's two unsafe options together (the guide's recommendation), measured
+# against guardjit's sound check and lookup of the same model.
+UNSAFE = "install_free_tensors+skip_guard_on_all_nn_modules_unsafe"
+OPTIONS = CONFIG_OPTIONS[:1] + FILTERS + CONFIG_OPTIONS[1:] + (STANCE, UNSAFE)
 
 # Fields every model entry carries (the test checks them).
 MODEL_FIELDS = ("name", "guards", "dynamo_check_us", "guardjit_check_us", "ratio",
                 "lookup_us_torch", "lookup_us_guardjit", "call_us_torch", "call_us_guardjit",
-                "compile_ms", "options")
+                "compile_ms", "python_frames_dynamo", "python_frames_guardjit", "options")
 
 
 @dataclasses.dataclass
@@ -78,6 +90,9 @@ class Settings:
     e2e_backend: str = "eager"
     opt_level: str = "light"
     quick: bool = False
+    # Only the default-options check, lookup, end to end and UNSAFE (no other
+    # option, no passes): for before/after pairs run alternately.
+    core: bool = False
 
     @classmethod
     def quick_mode(cls) -> Settings:
@@ -243,6 +258,46 @@ def _err(e: BaseException) -> str:
 
 # --- step 1: the guard check -----------------------------------------------------------
 
+def fix_frame_locals(case: BenchCase, captured: list[Captured]) -> int:
+    """Makes every captured unit's frame locals pass both its roots, taking
+    them at frame entry of an eager call where the compile-time dict went
+    stale (_entry_locals). Returns how many were recaptured."""
+    recaptured = 0
+    for c in captured:
+        if c.dynamo_root.check(c.f_locals) and c.final_root.check(c.f_locals):
+            continue
+        fl = _entry_locals(case, c.code) if c.code is not None else None
+        if fl is None or not (c.dynamo_root.check(fl) and c.final_root.check(fl)):
+            raise RuntimeError("a check fails on its compile-time frame locals and on "
+                               "the frame locals of an eager call")
+        c.f_locals = fl
+        recaptured += 1
+    return recaptured
+
+
+def python_frames(captured: list[Captured]) -> dict[str, Any]:
+    """Python frames one check of each root enters on the same frame locals
+    (guardjit.frames), summed over the units, with guardjit's by function."""
+    from guardjit.frames import python_frames_by_function as frames_by_code
+
+    from guardjit import pyattr
+
+    dyn, gj = collections.Counter(), collections.Counter()
+    before = pyattr.stats()
+    for c in captured:
+        dyn.update(frames_by_code(c.dynamo_root.check, c.f_locals))
+        gj.update(frames_by_code(c.final_root.check, c.f_locals))
+    after = pyattr.stats()
+    return {"python_frames_dynamo": sum(dyn.values()),
+            "python_frames_guardjit": sum(gj.values()),
+            "python_frames_dynamo_by_code": dict(dyn.most_common(8)),
+            "python_frames_guardjit_by_code": dict(gj.most_common(8)),
+            # Reads in one check of guardjit's roots whose type runs
+            # nn.Module.__getattr__ or a transformers config
+            # __getattribute__, decided natively / handed to CPython.
+            "python_accessor_reads": {k: after[k] - before[k] for k in after}}
+
+
 def measure_checks(case: BenchCase, s: Settings, compile_kwargs: dict | None = None,
                    dynamo_config: dict | None = None, cold: bool = True,
                    rounds: int | None = None) -> dict[str, Any]:
@@ -275,26 +330,19 @@ def measure_checks(case: BenchCase, s: Settings, compile_kwargs: dict | None = N
                        "fallback" if units and len(fallback) == len(units) else
                        "partial" if units else "no compile unit"),
         })
-        recaptured = 0
-        for c in captured:
-            if c.dynamo_root.check(c.f_locals) and c.final_root.check(c.f_locals):
-                continue
-            fl = _entry_locals(case, c.code) if c.code is not None else None
-            if fl is None or not (c.dynamo_root.check(fl) and c.final_root.check(fl)):
-                raise RuntimeError("a check fails on its compile-time frame locals and on "
-                                   "the frame locals of an eager call")
-            c.f_locals = fl
-            recaptured += 1
+        recaptured = fix_frame_locals(case, captured)
         out["frame_locals"] = "recaptured at entry" if recaptured else "compile time"
         a = _checks([(c.dynamo_root, c.f_locals) for c in captured])
         b = _checks([(c.final_root, c.f_locals) for c in captured])
         if not captured:
-            out.update({"dynamo_check_us": 0.0, "guardjit_check_us": 0.0, "ratio": None})
+            out.update({"dynamo_check_us": 0.0, "guardjit_check_us": 0.0, "ratio": None,
+                        "python_frames_dynamo": 0, "python_frames_guardjit": 0})
             return out
         r = timing.interleaved(a, b, rounds=rounds or s.rounds, target_ms=s.target_ms)
         out.update({"dynamo_check_us": r.a_us, "guardjit_check_us": r.b_us, "ratio": r.ratio,
                     "ratio_min": r.ratio_min, "ratio_max": r.ratio_max,
                     "check_batch": r.batch, "check_rounds": r.rounds})
+        out.update(python_frames(captured))
         if cold and units and all(u.status != "dynamo" for u in units):
             # Where guardjit's time goes: the installed root (Dynamo's root
             # preamble + one lambda guard) against guardjit's check function
@@ -355,11 +403,29 @@ def measure_end_to_end(case: BenchCase, s: Settings) -> dict[str, Any]:
     call_plain()
     out["e2e_compile_s_torch"] = time.perf_counter() - start
     start = time.perf_counter()
-    call_gj()
+    with capture_units() as cap_gj:
+        call_gj()
     out["e2e_compile_s_guardjit"] = time.perf_counter() - start
+    # torch.compile with both unsafe options (UNSAFE), a third side.
+    unsafe_kwargs, unsafe_config = option_kwargs(UNSAFE)
+    unsafe = torch.compile(case.model, backend=SideBackend(s.e2e_backend, "torch-unsafe"),
+                           **unsafe_kwargs)
+
+    def call_unsafe() -> object:
+        return unsafe(*args, **kwargs)
+
+    un: dict[str, Any] = {"kind": "torch unsafe options vs guardjit sound", "status": "error"}
+    try:
+        with torch._dynamo.config.patch(**unsafe_config), capture_units() as cap_unsafe:
+            call_unsafe()
+    except Exception as e:  # noqa: BLE001 - recorded, never raised
+        un["error"] = _err(e)
+        cap_unsafe = []
     for _ in range(3):
         call_plain()
         call_gj()
+        if cap_unsafe:
+            call_unsafe()
     out["units_guardjit_e2e"] = guardjit.stats().get("units_seen", 0) - seen_before
 
     # The stance is set per call, so its two sides join the same interleave
@@ -382,7 +448,16 @@ def measure_end_to_end(case: BenchCase, s: Settings) -> dict[str, Any]:
         sides += [plain_stance, gj_stance]
     except Exception as e:  # noqa: BLE001 - recorded, never raised
         st.update({"status": "error", "error": _err(e)})
+    unsafe_side = len(sides) if cap_unsafe else None
+    if cap_unsafe:
+        sides.append(call_unsafe)
     per = interleaved_lookups(sides, s.profile_rounds, s.profile_calls)
+    if unsafe_side is not None:
+        try:
+            un.update(measure_unsafe(case, s, cap_unsafe, cap_gj, per[unsafe_side], per[1]))
+        except Exception as e:  # noqa: BLE001 - recorded, never raised
+            un.update({"status": "error", "error": _err(e)})
+    out["unsafe"] = un
     lk = _ratio_stats(per[0], per[1])
     out.update({"lookup_us_torch": lk["a_us"], "lookup_us_guardjit": lk["b_us"],
                 "lookup_ratio": lk["ratio"], "lookup_ratio_min": lk["ratio_min"],
@@ -416,6 +491,34 @@ def measure_end_to_end(case: BenchCase, s: Settings) -> dict[str, Any]:
     return out
 
 
+def measure_unsafe(case: BenchCase, s: Settings, cap_unsafe: list[Captured],
+                   cap_gj: list[Captured], lookup_unsafe: list[float],
+                   lookup_gj: list[float]) -> dict[str, Any]:
+    """The UNSAFE entry: torch's check and lookup with both unsafe options
+    (``check_us``, ``lookup_us``) against guardjit's sound ones
+    (``guardjit_check_us``, ``guardjit_lookup_us``), each pair from the same
+    interleaved rounds; ratios are torch / guardjit."""
+    from guardjit import recorder
+
+    fix_frame_locals(case, cap_unsafe)
+    fix_frame_locals(case, cap_gj)
+    a = _checks([(c.dynamo_root, c.f_locals) for c in cap_unsafe])
+    b = _checks([(c.final_root, c.f_locals) for c in cap_gj])
+    r = timing.interleaved(a, b, rounds=s.option_rounds, target_ms=s.target_ms)
+    lk = _ratio_stats(lookup_unsafe, lookup_gj)
+    return {"status": "ok",
+            "guards": sum(sum(recorder.count_tree_guards(c.dynamo_root).values())
+                          for c in cap_unsafe),
+            "guardjit_guards": sum(sum(recorder.count_tree_guards(c.dynamo_root).values())
+                                   for c in cap_gj),
+            "check_us": r.a_us, "guardjit_check_us": r.b_us, "check_ratio": r.ratio,
+            "check_ratio_min": r.ratio_min, "check_ratio_max": r.ratio_max,
+            "lookup_us": lk["a_us"], "guardjit_lookup_us": lk["b_us"],
+            "lookup_ratio": lk["ratio"], "lookup_ratio_min": lk["ratio_min"],
+            "lookup_ratio_max": lk["ratio_max"],
+            "python_frames_torch": python_frames(cap_unsafe)["python_frames_dynamo"]}
+
+
 # --- step 3: the guide's options ----------------------------------------------------------
 
 def option_kwargs(name: str) -> tuple[dict, dict]:
@@ -424,6 +527,10 @@ def option_kwargs(name: str) -> tuple[dict, dict]:
         return {"options": {"guard_filter_fn": getattr(torch.compiler, name)}}, {}
     if name in CONFIG_OPTIONS:
         return {}, {name: True}
+    if name == UNSAFE:
+        return ({"options": {"guard_filter_fn":
+                             torch.compiler.skip_guard_on_all_nn_modules_unsafe}},
+                {"install_free_tensors": True})
     raise KeyError(name)
 
 
@@ -444,7 +551,7 @@ def measure_option(case: BenchCase, name: str, s: Settings) -> dict[str, Any]:
 
 # --- one model ------------------------------------------------------------------------------
 
-STEPS_PER_MODEL = 2 + len(OPTIONS) - 1 + 1  # build+check, end to end (+stance), options, passes
+STEPS_PER_MODEL = 2 + len(OPTIONS) - 2 + 1  # build+check, end to end (+stance, unsafe), options, passes
 
 
 def unit_frames(case: BenchCase, units: list) -> list[dict]:
@@ -489,23 +596,33 @@ def measure_model(name: str, factory: Callable[[bool], BenchCase], s: Settings,
             errors["check"] = _err(e)
         tick(f"{name}: cache lookup + end to end ({s.e2e_backend})")
         stance: dict[str, Any] = {"kind": "stance", "status": "error"}
+        unsafe: dict[str, Any] = {"kind": "torch unsafe options vs guardjit sound",
+                                  "status": "error"}
         try:
             e2e = measure_end_to_end(case, s)
             stance = e2e.pop("stance")
+            unsafe = e2e.pop("unsafe")
             entry.update(e2e)
         except Exception as e:  # noqa: BLE001
             errors["end_to_end"] = _err(e)
-            stance["error"] = errors["end_to_end"]
+            stance["error"] = unsafe["error"] = errors["end_to_end"]
         options: dict[str, Any] = {}
         for opt in OPTIONS:
             if opt == STANCE:
                 options[opt] = stance
+                continue
+            if opt == UNSAFE:
+                options[opt] = unsafe
+                continue
+            if s.core:
                 continue
             tick(f"{name}: {opt}")
             options[opt] = measure_option(case, opt, s)
         entry["options"] = options
         tick(f"{name}: passes")
         try:
+            if s.core:
+                raise RuntimeError("not measured (--core)")
             from guardjit.bench.passes import measure_passes
 
             entry["passes"] = measure_passes(case, s, unit_frames)

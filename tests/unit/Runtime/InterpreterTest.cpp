@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 #include "guardjit/Runtime/Interpreter.h"
 
+#include "../../../lib/Runtime/DimensionMarking.h" // private: payload sharing
 #include "guardjit/Runtime/BoundGuardSet.h"
 #include "guardjit/Runtime/CPythonABI.h"
 #include "guardjit/Runtime/RuntimeHelpers.h"
@@ -883,6 +884,49 @@ TEST_F(InterpreterTest, DimensionMarking) {
   exec("spec[0]['_dynamo_dynamic_indices'].add(2)");
   EXPECT_TRUE(run("marked(_has_dynamo_dim_marking=True, "
                   "_dynamo_dynamic_indices={2})"));
+}
+
+TEST_F(InterpreterTest, IdenticalUnmarkedDimensionSpecsShareOnePayload) {
+  // One DIMENSION_DYNAMIC_MARKING per tensor, nearly all unmarked and
+  // identical: bind gives them one payload (fewer lines in a cold check);
+  // a marked spec keeps its own. The answers are each guard's.
+  exec("u1 = ({}, ['_dynamo_dynamic_indices', '_dynamo_static_indices'], {})\n"
+       "u2 = ({}, ['_dynamo_dynamic_indices', '_dynamo_static_indices'], {})\n"
+       "u3 = ({}, ['_dynamo_static_indices'], {})\n"
+       "m1 = ({'_dynamo_dynamic_indices': {0}}, ['_dynamo_static_indices'], {})\n"
+       "def gated(**attrs):\n"
+       "    o = Obj()\n"
+       "    o._has_dynamo_dim_marking = True\n"
+       "    for k, v in attrs.items(): setattr(o, k, v)\n"
+       "    return o\n");
+  SetBuilder SB;
+  for (const char *Spec : {"u1", "u2", "u3", "m1"})
+    SB.guard(GuardKind::DimensionMarking,
+             {SB.local((std::string("t_") + Spec).c_str())},
+             SB.object(global(Spec), true, ObjectKind::Constant));
+  auto B = SB.bind();
+  // Each guard has its own slot (its dict memo) over a shared spec.
+  auto Spec = [&](size_t I) {
+    return static_cast<const DimensionMarkingSlot *>(B->payload(I))->Spec;
+  };
+  EXPECT_NE(B->payload(0), B->payload(1));
+  EXPECT_EQ(Spec(0), Spec(1));
+  EXPECT_EQ(Spec(0)->Refs, 2u);
+  EXPECT_NE(Spec(0), Spec(2)); // other absent names
+  EXPECT_NE(Spec(0), Spec(3)); // marked
+  auto run = [&](const char *A, const char *C, const char *D, const char *E) {
+    std::string L = std::string("{'t_u1': ") + A + ", 't_u2': " + C +
+                    ", 't_u3': " + D + ", 't_m1': " + E + "}";
+    return check(*B, locals(L.c_str()));
+  };
+  EXPECT_TRUE(run("Obj()", "Obj()", "Obj()", "Obj()"));
+  // Sharing never mixes up the answers: each slot fails on its own.
+  EXPECT_FALSE(run("Obj()", "gated()", "Obj()", "Obj()"));
+  EXPECT_FALSE(run("gated()", "Obj()", "Obj()", "Obj()"));
+  EXPECT_TRUE(run("Obj()", "Obj()", "Obj()",
+                  "gated(_dynamo_dynamic_indices={0})"));
+  EXPECT_FALSE(run("Obj()", "Obj()", "Obj()",
+                   "gated(_dynamo_dynamic_indices={1})"));
 }
 
 TEST_F(InterpreterTest, DimensionMarkingGateLookupMatchesHasattr) {
