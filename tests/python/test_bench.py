@@ -120,7 +120,7 @@ def test_python_frames_are_counted(quick_run):
         assert set(reads) == {"module_reads", "config_reads", "delegated"}, reads
         if m["name"] in HF_MODELS:
             # transformers configs run a Python __getattribute__: guardjit
-            # reads them natively (docs/guard-semantics.md §12).
+            # reads them natively (docs/guard-semantics.md §13).
             assert reads["config_reads"] > 0, (m["name"], reads)
     assert "Python frames" in stdout
 

@@ -1,4 +1,4 @@
-"""`hasattr` without raising (docs/guard-semantics.md §12) against Dynamo's
+"""`hasattr` without raising (docs/guard-semantics.md §13) against Dynamo's
 tree and plain torch.
 
 A model's forward branches on ``hasattr`` of an attribute, a parameter, a

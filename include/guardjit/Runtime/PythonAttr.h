@@ -15,7 +15,7 @@
 //    calls through `super()` (checks `__dict__['_heterogeneity_spec']`).
 //
 // Every other type, and every object of these types for which a condition of
-// the equivalence argument (docs/guard-semantics.md §12) does not hold at the
+// the equivalence argument (docs/guard-semantics.md §13) does not hold at the
 // time of the read, is reported `Unknown` before anything with a side effect
 // has run; the caller then runs CPython's own PyObject_GetAttr /
 // PyObject_HasAttr, so the answer is always CPython's.
