@@ -192,13 +192,11 @@ def test_hasattr_flips_agree_with_dynamo_and_plain_torch():
     assert plain[-1][3] == compiles, (plain[-1][3], compiles)
 
 
-transformers = pytest.importorskip("transformers")
-
-
 def test_config_hasattr_flips_agree_with_dynamo():
     """NO_HASATTR and getattr guards on a transformers config (Python
     __getattribute__) flip both ways; checks agree with Dynamo's tree and the
     native config reads are taken."""
+    transformers = pytest.importorskip("transformers")
     import transformers.configuration_utils  # noqa: F401
 
     cfg = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=64, n_positions=32,
