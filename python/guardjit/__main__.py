@@ -52,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
                        default=list(SCENARIOS), help="diffsets: scenarios (default: all)")
     bench.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS),
                        help="diffsets: configurations (default: all four)")
+    bench.add_argument("--repeats", type=int, default=None,
+                       help="diffsets: processes per scenario and configuration, interleaved; "
+                            "lookup µs is their median (default: 3, --quick: 1)")
     bench.add_argument("--report", metavar="FILE.md",
                        help="diffsets: write the Markdown report (table, rule, findings)")
     bench.add_argument("--json", metavar="FILE", help="write the results as JSON")
@@ -149,8 +152,9 @@ def _bench_diffsets(args: argparse.Namespace) -> int:
 
     from guardjit.bench import diffsets, diffsets_report
 
+    repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
     data = diffsets.run(args.scenarios, args.configs, quick=args.quick,
-                        progress=not args.no_progress)
+                        progress=not args.no_progress, repeats=max(1, repeats))
     print(diffsets_report.table(data, markdown=True) if args.markdown
           else diffsets_report.format_text(data))
     if args.json:

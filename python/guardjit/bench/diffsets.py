@@ -16,10 +16,11 @@ guarded    ``GUARDJIT=1 GUARDJIT_DIFFSET_POLICY=guarded-minimal``
 Per scenario and configuration: ``*_guards``, leaf guards of every unit's
 differentiating root summed over the units; ``*_lookup_us``, the "TorchDynamo
 Cache Lookup" µs per call under the stance (median of rounds per input, mean
-over the warmed inputs); ``*_routed_ok``, every warmed input served by the
-entry a full lookup picks, with eager's result, in every order replayed
-(:mod:`guardjit.routing`). The lookup numbers come from different processes,
-run back to back per scenario (not the same-process interleave of
+over the warmed inputs; with ``--repeats N``, the median over N processes
+per configuration, run interleaved); ``*_routed_ok``, every warmed input
+served by the entry a full lookup picks, with eager's result, in every order
+replayed (:mod:`guardjit.routing`), in every process. The lookup numbers come
+from different processes (not the same-process interleave of
 shared/MEASURING.md: compare them as rough, not as ratios).
 
 The rule of issue 11's "Done when", checked per scenario where torch routes
@@ -144,26 +145,60 @@ def rule(r: dict[str, Any]) -> dict[str, Any]:
             "compatible_le_torch_ir": le(c, ti), "minimal_le_compatible": le(m, c)}
 
 
+def merge_repeats(reps: list[dict[str, Any]]) -> dict[str, Any]:
+    """One configuration's result from its repeated processes.
+
+    Details are the first process's; ``lookup_us`` the median over the
+    processes (each already a median per input, mean over inputs);
+    ``routed_ok`` holds only if it held in every process; guard counts must
+    agree (they are recorded per process when they do not).
+    """
+    import statistics
+
+    out = dict(reps[0])
+    if len(reps) == 1:
+        return out
+    out["repeats"] = [{k: r.get(k) for k in ("lookup_us", "lookup_us_rotating", "routed_ok",
+                                              "diff_guards", "error", "process_s")}
+                      for r in reps]
+    for key in ("lookup_us", "lookup_us_rotating"):
+        vals = [r[key] for r in reps if r.get(key) is not None]
+        out[key] = statistics.median(vals) if vals else None
+        if vals:
+            out[key + "_min"], out[key + "_max"] = min(vals), max(vals)
+    out["routed_ok"] = all(bool(r.get("routed_ok")) for r in reps)
+    if len({r.get("diff_guards") for r in reps}) > 1:
+        out["diff_guards_differ"] = True
+    errors = [r["error"] for r in reps if r.get("error")]
+    if errors:
+        out["error"] = errors[0]
+    return out
+
+
 def run(scenarios: list[str], configs: list[str], quick: bool = False,
-        progress: bool = True) -> dict[str, Any]:
+        progress: bool = True, repeats: int = 1) -> dict[str, Any]:
+    """Every scenario in every configuration, ``repeats`` fresh processes
+    each, interleaved (torch, compatible, minimal, guarded, torch, ...)."""
     from guardjit.bench.report import environment
     from guardjit.bench.run import Progress
 
-    bar = Progress(len(scenarios) * len(configs), progress)
+    bar = Progress(len(scenarios) * len(configs) * repeats, progress)
     start = time.perf_counter()
     rows = []
     try:
         for name in scenarios:
-            results = {}
-            for c in configs:
-                bar(f"{name}: {c}")
-                results[c] = run_one(name, c, quick)
-            rows.append(row(name, results))
+            reps: dict[str, list[dict[str, Any]]] = {c: [] for c in configs}
+            for k in range(repeats):
+                for c in configs:
+                    bar(f"{name}: {c}" + (f" ({k + 1}/{repeats})" if repeats > 1 else ""))
+                    reps[c].append(run_one(name, c, quick))
+            rows.append(row(name, {c: merge_repeats(v) for c, v in reps.items()}))
     finally:
         bar.close()
     env = environment()
     env.update(git_revision())
     env["quick"] = quick
+    env["repeats"] = repeats
     env["configs"] = {c: {k: v for k, v in CONFIGS[c].items() if v is not None} for c in configs}
     env["wall_s"] = time.perf_counter() - start
     return {"machine": env.pop("machine"), "run": env, "scenarios": rows}

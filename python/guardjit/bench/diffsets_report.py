@@ -185,9 +185,13 @@ def markdown_report(data: dict[str, Any], json_name: str = "diffsets.json") -> s
         "--import=torch-logs -passes=default`: the same unit as the guardjit columns.",
         "* **µs**: the \"TorchDynamo Cache Lookup\" profiler event per call under the stance: "
         "per warmed input, the median of rounds of repeated calls (its entry at the front), "
-        "then the mean over the inputs (0.00: torch's fast path for a lone guardless entry "
-        "skips the lookup; `-`: every call raised). The four columns come from four "
-        "processes run back to back, not from one interleaved process: read them as rough.",
+        "then the mean over the inputs; the median of that over "
+        f"{run.get('repeats', 1)} process(es) per configuration, run interleaved "
+        "(0.00: torch's fast path for a lone guardless entry skips the lookup; `-`: every "
+        "call raised). The columns come from different processes, not from one interleaved "
+        "process: read them as rough (the JSON has each process's number and the per-input "
+        "medians, and the lookup with the inputs in rotation, each call's entry at the back "
+        "of the LRU cache).",
         "* **routed**: `ok` when, under the stance, every warmed input in every replayed order "
         "(all permutations up to 4 inputs, else 12 seeded ones; each hit moves its entry to "
         "the front) was served by the entry a full-guard lookup picks in the same cache "
