@@ -148,8 +148,6 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _bench_diffsets(args: argparse.Namespace) -> int:
-    import os
-
     from guardjit.bench import diffsets, diffsets_report
 
     repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
@@ -161,10 +159,7 @@ def _bench_diffsets(args: argparse.Namespace) -> int:
         diffsets.write_json(data, args.json)
         print(f"wrote {args.json}", file=sys.stderr)
     if args.report:
-        rel = (os.path.relpath(args.json, os.path.dirname(os.path.abspath(args.report)))
-               if args.json else "diffsets.json")
-        with open(args.report, "w") as f:
-            f.write(diffsets_report.markdown_report(data, json_name=rel))
+        diffsets_report.write_report(data, args.report, args.json)
         print(f"wrote {args.report}", file=sys.stderr)
     return 0
 

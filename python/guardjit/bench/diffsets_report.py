@@ -118,6 +118,44 @@ def findings(data: dict[str, Any], examples: int = 2) -> list[str]:
     return [k.format(", ".join(v)) for k, v in lines.items()]
 
 
+def rule_facts(data: dict[str, Any]) -> list[str]:
+    """Per scenario where ``torch-compatible`` is larger than torch: the units' counts."""
+    out = []
+    for r in data["scenarios"]:
+        ru = r["rule"]
+        if ru.get("compatible_le_torch") is not False and ru.get("compatible_le_torch_ir") is not False:
+            continue
+        t = {u["id"]: u for u in r["details"]["torch"].get("unit_records", [])}
+        g = {u["id"]: u for u in r["details"]["compatible"].get("unit_records", [])}
+        per = []
+        for uid, u in g.items():
+            tu = t.get(uid, {})
+            per.append(f"{uid}: {u['diff_guards']} of {u.get('full_ir_guards')} "
+                       f"(torch {tu.get('diff_guards')} guard objects = "
+                       f"{tu.get('diff_ir_guards')} IR guards, of {tu.get('full_guards')})")
+        unit = ("in one unit too" if ru.get("compatible_le_torch_ir") is False
+                else f"only as the issue's fields count (in IR units {r['compatible_guards']} <= "
+                     f"{r.get('torch_guards_ir')})")
+        out.append(f"{r['name']}: torch-compatible {r['compatible_guards']} > torch "
+                   f"{r['torch_guards']}, {unit}; per unit, torch-compatible's of its full set: "
+                   + "; ".join(per))
+    return out
+
+
+ANALYSIS_BEGIN, ANALYSIS_END = "<!-- analysis -->", "<!-- /analysis -->"
+
+
+def kept_analysis(path: str) -> str:
+    """The hand-written block between the analysis markers of an existing report."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        return ""
+    i, j = text.find(ANALYSIS_BEGIN), text.find(ANALYSIS_END)
+    return text[i:j + len(ANALYSIS_END)] if 0 <= i < j else ""
+
+
 def policy_notes(data: dict[str, Any]) -> list[str]:
     """Which guardjit configurations did not take their policy."""
     out = []
@@ -149,7 +187,11 @@ def format_text(data: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
-def markdown_report(data: dict[str, Any], json_name: str = "diffsets.json") -> str:
+def markdown_report(data: dict[str, Any], json_name: str = "diffsets.json",
+                    analysis: str = "") -> str:
+    """The report; ``analysis`` (a hand-written block between the analysis
+    markers, kept from the previous report: :func:`kept_analysis`) goes after
+    the findings."""
     m, run = data["machine"], data["run"]
     v = run.get("versions", {})
     dw = done_when(data)
@@ -179,7 +221,7 @@ def markdown_report(data: dict[str, Any], json_name: str = "diffsets.json") -> s
         "plugin's default pipeline has de-duplicated the set first); an entry left on "
         "Dynamo's path counts its full root, as torch's. A guardjit build without its own "
         "sets counts Dynamo's clone like torch's. The two conventions differ (torch counts "
-        "a combined epilogue lambda of 14 aliasing checks, or 5 dimension-marking checks, "
+        "a combined epilogue lambda of 16 `is` checks, or 5 dimension-marking checks, "
         "as one guard object), so the torch column also gives, in parentheses, torch's "
         "roots printed as TORCH_LOGS=guards prints them and read back by `guard-ir-opt "
         "--import=torch-logs -passes=default`: the same unit as the guardjit columns.",
@@ -224,12 +266,14 @@ def markdown_report(data: dict[str, Any], json_name: str = "diffsets.json") -> s
         "",
     ]
     notes = policy_notes(data)
-    found = findings(data)
+    found = findings(data) + rule_facts(data)
     if notes or found:
         lines += ["## Findings", ""]
         lines += [f"* {n}" for n in notes]
         lines += [f"* {f}" for f in found]
         lines.append("")
+    if analysis:
+        lines += [analysis, ""]
     lines += ["## Scenarios", ""]
     lines += [f"* `{r['name']}`: {r['description']}" for r in data["scenarios"]]
     lines.append("")
@@ -241,7 +285,6 @@ def main(argv: list[str] | None = None) -> int:
     FILE.json [--report FILE.md]`` (the text table without --report)."""
     import argparse
     import json
-    import os
 
     p = argparse.ArgumentParser(prog="python -m guardjit.bench.diffsets_report")
     p.add_argument("json")
@@ -252,10 +295,19 @@ def main(argv: list[str] | None = None) -> int:
     if not args.report:
         print(format_text(data))
         return 0
-    rel = os.path.relpath(args.json, os.path.dirname(os.path.abspath(args.report)))
-    with open(args.report, "w") as f:
-        f.write(markdown_report(data, json_name=rel))
+    write_report(data, args.report, args.json)
     return 0
+
+
+def write_report(data: dict[str, Any], path: str, json_path: str | None) -> None:
+    """Writes the Markdown report, keeping the analysis block of the file it replaces."""
+    import os
+
+    rel = (os.path.relpath(json_path, os.path.dirname(os.path.abspath(path)))
+           if json_path else "diffsets.json")
+    text = markdown_report(data, json_name=rel, analysis=kept_analysis(path))
+    with open(path, "w") as f:
+        f.write(text)
 
 
 if __name__ == "__main__":
