@@ -90,6 +90,24 @@ OptLevel parseOptLevel(const std::string &S) {
                         "'");
 }
 
+/// What live objects prove, for passes over `Sets` (nullptr entries are
+/// opaque units and skipped): the recorder's objects are alive and the GIL is
+/// held, so a pass may ask their fixed types. Parsed IR (some object with no
+/// address) gets no facts: there is nothing live to ask.
+ObjectFacts liveObjectFacts(const std::vector<const GuardSet *> &Sets) {
+  for (const GuardSet *S : Sets)
+    if (S)
+      for (const ObjectEntry &E : S->objects())
+        if (!E.Address)
+          return ObjectFacts();
+  ObjectFacts F;
+  F.FixedTypeOf = fixedTypeOf;
+  F.None = noneAddress();
+  F.True = trueAddress();
+  F.False = falseAddress();
+  return F;
+}
+
 } // namespace
 
 PYBIND11_MODULE(_core, M) {
@@ -413,15 +431,7 @@ PYBIND11_MODULE(_core, M) {
         // The recorder's objects are alive: the passes may use what they
         // prove (fold-implied). The GIL is held: the facts read types.
         PassContext Ctx;
-        Ctx.Facts.FixedTypeOf = fixedTypeOf;
-        Ctx.Facts.None = noneAddress();
-        Ctx.Facts.True = trueAddress();
-        Ctx.Facts.False = falseAddress();
-        for (const ObjectEntry &E : S.objects())
-          if (!E.Address) { // parsed IR: no live objects to ask
-            Ctx.Facts = ObjectFacts();
-            break;
-          }
+        Ctx.Facts = liveObjectFacts({&S});
         size_t GuardsIn = S.guards().size(), ValuesIn = S.values().size();
         std::vector<PassRunStats> Runs;
         if (llvm::Error E = P->run(S, Ctx, &Runs))
@@ -469,23 +479,10 @@ PYBIND11_MODULE(_core, M) {
                                 "' (expected: torch-compatible, minimal, "
                                 "guarded-minimal)");
         std::vector<const GuardSet *> Units;
-        bool Bound = true;
-        for (const std::shared_ptr<GuardSet> &S : Sets) {
+        for (const std::shared_ptr<GuardSet> &S : Sets)
           Units.push_back(S.get());
-          if (S)
-            for (const ObjectEntry &E : S->objects())
-              Bound &= E.Address != 0;
-        }
-        // As run_pipeline: the recorder's objects are alive and the GIL is
-        // held, so the pass may ask their fixed types; parsed IR (no
-        // addresses) gets no facts.
         PassContext Ctx;
-        if (Bound) {
-          Ctx.Facts.FixedTypeOf = fixedTypeOf;
-          Ctx.Facts.None = noneAddress();
-          Ctx.Facts.True = trueAddress();
-          Ctx.Facts.False = falseAddress();
-        }
+        Ctx.Facts = liveObjectFacts(Units);
         std::vector<DiffSetUnit> Result = DiffSetPass(*P).run(Units, Ctx);
         py::list OutSets, OutUnits;
         for (DiffSetUnit &U : Result) {
