@@ -12,11 +12,14 @@ conjunct.
 :class:`SourceReader` reads each side of a part as an IR value:
 
 * a sub-expression whose text is the source of a value Dynamo's tree reads
-  is that value: torch's own non-lambda form of the same guard
-  (``install_object_aliasing_guard(get_guard_manager(guard),
-  get_guard_manager_from_source(source_b))``, used when the option is off
-  and for AOTAutograd's ``DuplicateInputs``) compares exactly those
-  managers' values;
+  is that value only when the tree read it with the semantics Python gives
+  the text, all the way up to ``L``/``G``: ``x.a`` shares a ``getattr``
+  read of ``a`` on the shared ``x``, never the tree's
+  ``x.__dict__['a']`` (a class-level descriptor named ``a``, e.g. a
+  property that raises, makes the text and the ``__dict__`` read differ:
+  found by the mutation fuzzer, docs/fuzzing.md); ``x[k]`` shares a
+  ``get_item`` read, never a ``dict_get_item`` one (a dict subclass may
+  override ``__getitem__``);
 * anything else is read with the semantics Python gives the text:
   ``L['n']`` / ``G['n']`` probe the frame-locals dict and the captured
   globals dict (exact dicts: a probe is ``BINARY_SUBSCR``), ``x.a`` and
@@ -73,8 +76,9 @@ def _constant_key(node: ast.AST) -> Any:
 class SourceReader:
     """Reads the sides of aliasing code parts as values of one recording.
 
-    ``resolve(text) -> value id | None``: the value Dynamo's tree reads for a
-    source text (not a tensor property). ``add_value(kind, parent, source,
+    ``resolve(text) -> (value id, (kind, parent id, key)) | None``: the value
+    Dynamo's tree reads for a source text (not a tensor property) and how it
+    reads it. ``add_value(kind, parent, source,
     name, key) -> value id`` adds a read (``key`` is the object it needs, or
     None). ``globals_value() -> value id``: the ``globals`` value of the
     lambda's ``G``. ``g_scope``: that dict. ``scope``: the lambda's other
@@ -96,9 +100,9 @@ class SourceReader:
         text = ast.get_source_segment(code, node)
         if text is None:
             raise Unsupported(f"no source text for {ast.unparse(node)}")
-        vid = self.resolve(text)
-        if vid is not None:
-            return vid
+        found = self.resolve(text)
+        if found is not None and self._matches(code, node, found[0]):
+            return found[0]
         if isinstance(node, ast.Name):
             if node.id == "L":
                 return 0
@@ -130,6 +134,42 @@ class SourceReader:
                 attr = node.args[1].value
                 return self.add_value("getattr", self.read(code, node.args[0]), text, attr, attr)
         raise Unsupported(f"{type(node).__name__}: {text}")
+
+    def _matches(self, code: str, node: ast.AST, vid: int) -> bool:
+        """Whether Dynamo's tree reads value ``vid`` as Python evaluates
+        ``node``: the same accessor at every step up to L or G. Adds nothing."""
+        if isinstance(node, ast.Name):
+            if node.id == "L":
+                return vid == 0
+            if node.id == "G":
+                try:
+                    return vid == self.globals_value()
+                except Unsupported:
+                    return False
+            return False
+        text = ast.get_source_segment(code, node)
+        found = self.resolve(text) if text is not None else None
+        if found is None or found[0] != vid:
+            return False
+        kind, parent, key = found[1]
+        if isinstance(node, ast.Attribute):
+            return (kind == "getattr" and key == node.attr
+                    and self._matches(code, node.value, parent))
+        if isinstance(node, ast.Subscript):
+            base = node.value
+            try:
+                k = _constant_key(node.slice)
+            except Unsupported:
+                return False
+            if type(key) is not type(k) or key != k:
+                return False
+            if isinstance(base, ast.Name) and base.id == "L" and type(k) is str:
+                return kind == "frame_local" and parent == 0
+            if (isinstance(base, ast.Name) and base.id == "G" and type(k) is str
+                    and type(self.g_scope) is dict):
+                return kind == "dict_get_item" and self._matches(code, base, parent)
+            return kind == "get_item" and self._matches(code, base, parent)
+        return False
 
     def _is_builtin(self, name: str) -> bool:
         # The lambda's globals are {"G": f_globals}: a name that is not one

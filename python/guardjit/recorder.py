@@ -80,6 +80,11 @@ class Recording:
     # that source), value id -> example value, value id -> TENSOR_MATCH pytype,
     # (tensor value id, accessor, index) -> tensor property value id.
     by_source: dict[str, int] = dataclasses.field(default_factory=dict)
+    # value id -> (accessor kind, parent value id, key) of the reads Dynamo's
+    # tree makes (key: the local name, dict key or attribute name; None
+    # otherwise): how the aliasing parts tell a read with Python's semantics
+    # from one that bypasses them (aliasing.SourceReader).
+    reads: dict[int, tuple[str, int, Any]] = dataclasses.field(default_factory=dict)
     examples: dict[int, Any] = dataclasses.field(default_factory=dict)
     tensor_types: dict[int, Any] = dataclasses.field(default_factory=dict)
     tensor_props: dict[tuple[int, str, int], int] = dataclasses.field(default_factory=dict)
@@ -346,6 +351,10 @@ def _on_accessor(method: str, mgr: Any, child: Any, args: tuple, kwargs: dict) -
         name = g if isinstance(g, str) else ""
     vid = rec.ir.add_value(kind, parent, source, name, index, key,
                            origin=rec.origin_id(_state.creating))
+    read_key = {"frame_local": lambda: a["key"][0], "dict_get_item": lambda: a["key"],
+                "get_item": lambda: a["key"], "getattr": lambda: a["attr"],
+                "generic_getattr": lambda: a["attr"]}.get(kind)
+    rec.reads[vid] = (kind, parent, read_key() if read_key else None)
     if kind == "globals":
         rec.globals_values.setdefault(id(a["f_globals"]), vid)
     elif kind in ("call_function_no_args", "lambda"):
@@ -623,11 +632,11 @@ def _aliasing_guard(rec: Recording, guard: Any, code_part: str, verbose: str,
     b_node, a_node = aliasing_parts.parse_part(code_part)
     added: list[tuple] = []  # reads to add once both sides are readable
 
-    def resolve(text: str) -> int | None:
+    def resolve(text: str) -> tuple[int, tuple[str, int, Any]] | None:
         vid = rec.by_source.get(text)
-        if vid is None or vid in rec.fresh_values:
+        if vid is None or vid in rec.fresh_values or vid not in rec.reads:
             return None
-        return vid
+        return vid, rec.reads[vid]
 
     def globals_value() -> int:
         vid = rec.globals_values.get(id(g_scope))
