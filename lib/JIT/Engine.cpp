@@ -61,11 +61,20 @@ constexpr bool AlwaysVerify = true;
 CodeGenOptLevel codeGenLevel(OptLevel L) {
   // Light keeps O0 code generation (FastISel). Measured on 100 guards (80
   // inline, 20 helper calls, 100 value reads; 2 vCPU EPYC): Light with
-  // Default codegen compiled in ~30-40 ms against ~3-5 ms with O0 codegen,
-  // for at most ~10% faster checks, because guard code is calls and
-  // compare-and-branch chains where selection DAG and the greedy allocator
-  // find little to improve.
-  return L == OptLevel::O2 ? CodeGenOptLevel::Default : CodeGenOptLevel::None;
+  // Default codegen compiled in ~30-40 ms against ~3-5 ms with O0 codegen.
+  // O1 trades that compile time for the greedy register allocator: O0's fast
+  // allocator spills every value live across a block, and guard code is one
+  // block per step (docs/performance.md, "Tiered compilation").
+  switch (L) {
+  case OptLevel::O0:
+  case OptLevel::Light:
+    return CodeGenOptLevel::None;
+  case OptLevel::O1:
+    return CodeGenOptLevel::Less;
+  case OptLevel::O2:
+    return CodeGenOptLevel::Default;
+  }
+  return CodeGenOptLevel::None;
 }
 
 } // namespace
@@ -103,6 +112,8 @@ Expected<std::unique_ptr<GuardJIT>> GuardJIT::create(JITOptions Opts) {
   if (!JTMB)
     return JTMB.takeError();
   JTMB->setCodeGenOptLevel(codeGenLevel(Opts.Level));
+  // FastISel below O2: the selection DAG costs more than it gains on guard
+  // code (compare-and-branch chains and calls); O1's gain is the allocator.
   if (Opts.Level != OptLevel::O2)
     JTMB->getOptions().EnableFastISel = true;
 
@@ -179,7 +190,7 @@ void GuardJIT::optimize(Module &M) {
   if (Opts.Level == OptLevel::O2) {
     MPM = PB.buildPerModuleDefaultPipeline(OptimizationLevel::O2);
   } else {
-    // Light: the lowering emits each value once, so there is little to CSE
+    // Light and O1: the lowering emits each value once, so there is little to CSE
     // across guards; what these passes remove is the block-per-step scaffold
     // (branch chains, repeated type loads of one object between calls) that
     // O0 codegen would keep. InstCombine was measured and left out: +30-100%
@@ -237,6 +248,7 @@ GuardJIT::compile(const BoundGuardSet &Set) {
   Result->Stats.NumInlined = L->Stats.NumInlined;
   Result->Stats.NumHelpers = L->Stats.NumHelpers;
   Result->Symbol = L->Symbol;
+  Result->Level = Opts.Level;
 
   // 2. Add the module under its own tracker; optimize, codegen and link run
   // on this thread inside lookup(). LLJIT's default compiler shares one

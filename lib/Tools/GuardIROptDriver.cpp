@@ -95,6 +95,9 @@ cl::opt<OptLevel> JITLevel(
     cl::values(clEnumValN(OptLevel::O0, "O0", "IR as lowered, fast isel"),
                clEnumValN(OptLevel::Light, "light",
                           "early-cse + simplifycfg (the default)"),
+               clEnumValN(OptLevel::O1, "O1",
+                          "light's IR passes, greedy register allocation "
+                          "(the background tier)"),
                clEnumValN(OptLevel::O2, "O2", "the O2 pipeline")),
     cl::cat(ToolCategory));
 

@@ -39,7 +39,7 @@ import torch._dynamo.guards as dynamo_guards
 from torch._C._dynamo.guards import RootGuardManager
 from torch._guards import CompileContext
 
-from guardjit import _core, pyattr, recorder, stance
+from guardjit import _core, pyattr, recorder, stance, tiering
 
 _PYTHON_GUARDS = ("LAMBDA_GUARD", "LAMBDA_GUARD (epilogue)")
 
@@ -81,7 +81,12 @@ class Unit:
 @dataclasses.dataclass
 class Config:
     mode: str = os.environ.get("GUARDJIT_MODE", "native")  # native | interpreter
-    opt_level: str = os.environ.get("GUARDJIT_OPT", "light")  # O0 | light | O2
+    opt_level: str = os.environ.get("GUARDJIT_OPT", "light")  # O0 | light | O1 | O2
+    # The level a native check is recompiled at on guardjit's background
+    # thread (docs/performance.md "Tiered compilation"); "off" keeps the
+    # opt_level code. GUARDJIT_TIER_UP sets it for the process.
+    tier_up: str = dataclasses.field(
+        default_factory=lambda: os.environ.get("GUARDJIT_TIER_UP", "O1"))
     route_all: bool = False  # convert every compile unit (guardjit.install)
     keep_units: bool = False  # keep Unit records (demo, tests, bench)
     keep_frame_locals: bool = False  # keep compile-time frame locals (demo)
@@ -263,6 +268,8 @@ def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
             check, [f"guardjit: native check of {ir.num_guards} guards ({compile_id})"], None)
         new_root.attach_compile_id(compile_id)
         recorder.forget(new_root)  # guardjit's own root: not a recording
+    if native is not None:
+        tier_up(check)
     wrapper.dynamo_root = root
     wrapper.guardjit_ir = ir
     wrapper.guardjit_borrowed = borrowed
@@ -297,6 +304,18 @@ def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
             dynamo_root=root, native_root=new_root, code=code,
             f_locals=f_locals if config.keep_frame_locals else None,
             recorded_ir=recorded, pipeline_stats=pipeline_stats))
+
+
+def tier_up(check: Any) -> bool:
+    """Queues the background recompile of a native check at config.tier_up
+    (tiering.schedule)."""
+    return tiering.schedule(check, config.tier_up)
+
+
+def wait_for_tier_up(timeout_s: float | None = None) -> bool:
+    """Blocks until every queued background recompile is in place
+    (tiering.wait); benchmarks call it before measuring the steady state."""
+    return tiering.wait(timeout_s)
 
 
 def _per_pass(result: dict) -> list[dict]:
@@ -360,7 +379,8 @@ def _update_stance(code: Any, wrapper: Any, f_locals: Any, rebuild: bool = False
     try:
         with _lock:
             stance.update(code, wrapper, policy=config.diffset_policy, mode=config.mode,
-                          opt_level=config.opt_level, counters=_counters,
+                          opt_level=config.opt_level, tier_up=config.tier_up,
+                          counters=_counters,
                           new_f_locals=f_locals if isinstance(f_locals, dict) else None,
                           rebuild=rebuild)
     except Exception as e:  # slower, never wrong: every entry keeps its full check
@@ -480,5 +500,10 @@ def stats() -> dict[str, Any]:
         # Python attribute hooks read natively (pyattr.py): per function its
         # registration status, and reads decided natively / handed back.
         "python_accessors": {"functions": pyattr.status(), **pyattr.stats()},
+        # The background tier (config.tier_up): recompiles queued, installed,
+        # failed (the unit keeps its code), dropped (the unit died first),
+        # pending now, and their total compile time (ms).
+        "tier_up": {"level": config.tier_up,
+                    **{k: v for k, v in _core.tier_up_stats().items() if k != "last_error"}},
     }
 

@@ -59,7 +59,7 @@ import torch._dynamo.guards as dynamo_guards
 from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
 from torch._C._dynamo.guards import RootGuardManager
 
-from guardjit import _core, recorder
+from guardjit import _core, recorder, tiering
 
 log = logging.getLogger("guardjit")
 
@@ -192,11 +192,15 @@ def _readable_ir(wrapper: Any) -> Any:
     return wrapper.guardjit_ir
 
 
-def _build(ir: Any, name: str, mode: str, opt_level: str) -> tuple[Any, Any]:
-    """(root, check) running ``ir`` natively (or interpreted)."""
+def _build(ir: Any, name: str, mode: str, opt_level: str,
+           tier_up: str = "off") -> tuple[Any, Any]:
+    """(root, check) running ``ir`` natively (or interpreted); native code is
+    queued for the background tier at ``tier_up`` (tiering.schedule)."""
     bound = _core.bind(ir)
     native = _core.compile(bound, opt_level) if mode == "native" else None
     check = _core.make_guard(bound, native)
+    if native is not None:
+        tiering.schedule(check, tier_up)
     root = RootGuardManager()
     root.add_lambda_guard(
         check, [f"guardjit: differentiating check of {ir.num_guards} guards ({name})"], None)
@@ -205,7 +209,7 @@ def _build(ir: Any, name: str, mode: str, opt_level: str) -> tuple[Any, Any]:
 
 
 def update(code: Any, new_wrapper: Any, *, policy: str, mode: str, opt_level: str,
-           counters: Any, new_f_locals: dict | None = None, rebuild: bool = False) -> bool:
+           counters: Any, tier_up: str = "off", new_f_locals: dict | None = None, rebuild: bool = False) -> bool:
     """Recomputes and installs the diff root of every live entry of ``code``
     (and of ``new_wrapper``, the unit being compiled, whose CacheEntry does
     not exist yet). Does nothing for a code without guardjit units. Returns
@@ -254,7 +258,8 @@ def update(code: Any, new_wrapper: Any, *, policy: str, mode: str, opt_level: st
             plan.append((w, ("reduced", st.reduced_root, st.reduced_check, n_in, n_out)))
             continue
         try:
-            root, check = _build(reduced, str(getattr(w, "guardjit_name", "")), mode, opt_level)
+            root, check = _build(reduced, str(getattr(w, "guardjit_name", "")), mode, opt_level,
+                                 tier_up)
             if w is new_wrapper and new_f_locals is not None and not check(new_f_locals):
                 raise RuntimeError("the reduced check rejects the unit's compile-time locals")
         except Exception as e:

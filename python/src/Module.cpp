@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "NativeGuard.h"
+#include "TierUp.h"
 #include "TensorFields.h"
 
 #include "guardjit/IR/GuardSet.h"
@@ -63,7 +64,7 @@ std::vector<std::optional<int64_t>> toDims(const py::list &L) {
 /// The process-wide engine. Deliberately leaked: compiled checks may be
 /// released during interpreter shutdown, after static destructors would run.
 GuardJIT &engine(OptLevel Level) {
-  static GuardJIT *Engines[3] = {nullptr, nullptr, nullptr};
+  static GuardJIT *Engines[4] = {nullptr, nullptr, nullptr, nullptr};
   static std::mutex Lock;
   std::lock_guard<std::mutex> Guard(Lock);
   GuardJIT *&E = Engines[static_cast<int>(Level)];
@@ -79,15 +80,31 @@ GuardJIT &engine(OptLevel Level) {
   return *E;
 }
 
+const char *optLevelName(OptLevel L) {
+  switch (L) {
+  case OptLevel::O0:
+    return "O0";
+  case OptLevel::Light:
+    return "light";
+  case OptLevel::O1:
+    return "O1";
+  case OptLevel::O2:
+    return "O2";
+  }
+  return "?";
+}
+
 OptLevel parseOptLevel(const std::string &S) {
   if (S == "O0")
     return OptLevel::O0;
   if (S == "light")
     return OptLevel::Light;
+  if (S == "O1")
+    return OptLevel::O1;
   if (S == "O2")
     return OptLevel::O2;
-  throw py::value_error("opt level must be 'O0', 'light' or 'O2', not '" + S +
-                        "'");
+  throw py::value_error("opt level must be 'O0', 'light', 'O1' or 'O2', not '" +
+                        S + "'");
 }
 
 /// What live objects prove, for passes over `Sets` (nullptr entries are
@@ -400,7 +417,10 @@ PYBIND11_MODULE(_core, M) {
         auto T = std::make_shared<CheckTarget>();
         T->Bound = std::move(B);
         T->Native = std::move(C);
-        T->Fn = T->Native ? T->Native->function() : nullptr;
+        if (T->Native) {
+          T->Fn.store(T->Native->function(), std::memory_order_release);
+          T->Level.store(static_cast<int>(T->Native->level()));
+        }
         PyObject *Fn = makeNativeGuard(std::move(T));
         if (!Fn)
           throw py::error_already_set();
@@ -417,9 +437,67 @@ PYBIND11_MODULE(_core, M) {
         auto T = nativeGuardTarget(Fn.ptr());
         if (!T)
           throw py::type_error("not a guardjit guard callable");
-        return py::make_tuple(T->Calls, T->Failures, T->Fn != nullptr);
+        return py::make_tuple(T->Calls, T->Failures, T->Fn.load() != nullptr);
       },
       "(calls, failures, native) of a callable made by make_guard.");
+
+  M.def(
+      "guard_level",
+      [](py::handle Fn) -> py::object {
+        auto T = nativeGuardTarget(Fn.ptr());
+        if (!T)
+          throw py::type_error("not a guardjit guard callable");
+        int L = T->Level.load();
+        if (L < 0)
+          return py::none();
+        return py::str(optLevelName(static_cast<OptLevel>(L)));
+      },
+      "The code level ('O0', 'light', 'O1', 'O2') of the function a callable "
+      "made by make_guard runs now, or None for the interpreter.");
+
+  M.def(
+      "tier_up",
+      [](py::handle Fn, const std::string &Level) {
+        auto T = nativeGuardTarget(Fn.ptr());
+        if (!T)
+          throw py::type_error("not a guardjit guard callable");
+        OptLevel L = parseOptLevel(Level);
+        // Nothing to gain: the interpreter stays (a mode the user chose), and
+        // code at this level or above stays.
+        if (!T->Fn.load() || T->Level.load() >= static_cast<int>(L))
+          return false;
+        return scheduleTierUp(std::move(T), engine(L));
+      },
+      py::arg("check"), py::arg("opt_level") = "O1",
+      "Queues a recompile of the check behind `check` (a make_guard callable) "
+      "at `opt_level` on guardjit's background thread; the new function "
+      "replaces the old one atomically when ready. False when nothing was "
+      "queued (interpreter, already at that level, or after exit began). "
+      "GIL held; returns at once.");
+
+  M.def(
+      "wait_tier_up", &waitTierUp, py::arg("timeout_s") = -1.0,
+      "Waits (GIL released) until no background compile is queued or "
+      "running, at most `timeout_s` seconds (negative: no limit). True when "
+      "none is left.");
+
+  M.def("tier_up_stats", [] {
+    TierUpStats St = tierUpStats();
+    py::dict D;
+    D["scheduled"] = St.Scheduled;
+    D["installed"] = St.Installed;
+    D["failed"] = St.Failed;
+    D["dropped"] = St.Dropped;
+    D["pending"] = St.Pending;
+    D["compile_ms"] = St.CompileMs;
+    D["last_error"] = St.LastError;
+    return D;
+  }, "Counters of the background tier since the process started.");
+  M.def("stop_tier_up", &stopTierUp,
+        "Stops the background tier for good (run at interpreter exit).");
+  // Before finalization: the worker must not outlive the interpreter's
+  // runtime state, which its pending calls and the graveyard rely on.
+  py::module_::import("atexit").attr("register")(M.attr("stop_tier_up"));
 
   M.def(
       "run_pipeline",

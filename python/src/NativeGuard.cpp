@@ -32,7 +32,8 @@ PyTypeObject *HolderType = nullptr;
 PyObject *callCheck(PyObject *Self, PyObject *FrameLocals) {
   CheckTarget &T = **reinterpret_cast<HolderObject *>(Self)->Target;
   ++T.Calls;
-  int Ok = T.Fn ? T.Fn(FrameLocals) : interpret(*T.Bound, FrameLocals);
+  CheckFn Fn = T.Fn.load(std::memory_order_acquire);
+  int Ok = Fn ? Fn(FrameLocals) : interpret(*T.Bound, FrameLocals);
   if (!Ok)
     ++T.Failures;
   return Py_NewRef(Ok ? Py_True : Py_False);

@@ -16,17 +16,28 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <vector>
 
 namespace guardjit {
 class CompiledCheck;
 
-/// What a NativeGuard callable runs.
+/// What a NativeGuard callable runs. Calls and the counters need the GIL;
+/// the background tier (TierUp.h) replaces the code without it: it stores Fn
+/// (release) after Native under CodeLock, so a call loads Fn (acquire) once
+/// and runs code that stays alive as long as this target.
 struct CheckTarget {
   std::shared_ptr<BoundGuardSet> Bound;
-  std::shared_ptr<CompiledCheck> Native; ///< null: interpreter
-  CheckFn Fn = nullptr;
+  std::atomic<CheckFn> Fn{nullptr}; ///< null: interpreter
+  /// The OptLevel (as int) of Fn's code; -1 for the interpreter.
+  std::atomic<int> Level{-1};
   uint64_t Calls = 0;
   uint64_t Failures = 0;
+
+  std::mutex CodeLock; ///< guards Native and Retired
+  std::shared_ptr<CompiledCheck> Native; ///< the code of Fn
+  /// Code Fn pointed to before: a call may still be running it.
+  std::vector<std::shared_ptr<CompiledCheck>> Retired;
 };
 
 /// Returns a new reference to a callable running `Target` (GIL held).

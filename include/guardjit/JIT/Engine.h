@@ -15,6 +15,9 @@
 // Code levels (compile ms per 100 guards measured on a 2 vCPU EPYC, noisy):
 //   O0    IR as lowered; codegen CodeGenOptLevel::None with FastISel (~2-3).
 //   Light early-cse + simplifycfg; codegen as O0 (~3-5).
+//   O1    Light's IR passes; codegen CodeGenOptLevel::Less with FastISel,
+//         i.e. the greedy register allocator (~35-150, growing with the
+//         size of the function): the background tier (TierUp.h).
 //   O2    the PassBuilder O2 pipeline; codegen CodeGenOptLevel::Default
 //         (~40-50).
 //
@@ -46,7 +49,7 @@ class ResourceTracker;
 
 namespace guardjit {
 
-enum class OptLevel { O0, Light, O2 };
+enum class OptLevel { O0, Light, O1, O2 };
 
 struct JITOptions {
   OptLevel Level = OptLevel::Light;
@@ -81,6 +84,8 @@ public:
   const CompileStats &stats() const { return Stats; }
   /// The JIT symbol of the function (unique within its engine).
   const std::string &symbol() const { return Symbol; }
+  /// The code level of the engine that compiled it.
+  OptLevel level() const { return Level; }
 
 private:
   friend class GuardJIT;
@@ -88,6 +93,7 @@ private:
   CheckFn Fn = nullptr;
   CompileStats Stats;
   std::string Symbol;
+  OptLevel Level = OptLevel::Light;
   llvm::IntrusiveRefCntPtr<llvm::orc::ResourceTracker> Tracker;
 };
 

@@ -1471,13 +1471,15 @@ TEST_P(EngineTest, NanAndDictVersionGuards) {
 
 INSTANTIATE_TEST_SUITE_P(AllLevels, EngineTest,
                          ::testing::Values(OptLevel::O0, OptLevel::Light,
-                                           OptLevel::O2),
+                                           OptLevel::O1, OptLevel::O2),
                          [](const auto &Info) -> std::string {
                            switch (Info.param) {
                            case OptLevel::O0:
                              return "O0";
                            case OptLevel::Light:
                              return "Light";
+                           case OptLevel::O1:
+                             return "O1";
                            case OptLevel::O2:
                              return "O2";
                            }

@@ -1,0 +1,67 @@
+//===- TierUp.h - Recompile hot checks off the calling thread ---*- C++ -*-===//
+//
+// A compile unit first runs the check compiled on Dynamo's compile thread at
+// the `light` level (fast to compile, slow code: LLVM's O0 register allocator
+// spills every value live across a block). TierUp compiles the same bound set
+// again at OptLevel::O1 on one background thread and swaps the new function
+// into the unit's CheckTarget atomically; no call waits for LLVM.
+//
+// Threads and GIL:
+//   - schedule() and wait() are called with the GIL held; wait() releases it
+//     while it waits.
+//   - The worker never touches a Python object and never takes the GIL: it
+//     reads the BoundGuardSet's addresses (JIT/Engine.h), compiles, and
+//     stores the function pointer (release) that callCheck loads (acquire).
+//   - The worker's reference to a target is never the one that destroys it
+//     there (BoundGuardSet's destructor drops Python references): it is
+//     handed to a list that the GIL holder empties (a Py_AddPendingCall
+//     callback, or the next schedule()/wait()).
+//   - Replaced code stays alive as long as its target (CheckTarget::Retired):
+//     a call that loaded the old pointer may still run it, even across a
+//     Python call inside the check that let other threads run.
+//   - Interpreter exit: an `atexit` callback stops the worker (the running
+//     compile finishes, queued ones are dropped) before finalization.
+//   - fork(): the child starts with no worker and an empty queue; fork waits
+//     for a running compile so that the child's LLVM state is consistent.
+//
+//===----------------------------------------------------------------------===//
+#ifndef GUARDJIT_PYTHON_TIERUP_H
+#define GUARDJIT_PYTHON_TIERUP_H
+
+#include "NativeGuard.h"
+
+#include "guardjit/JIT/Engine.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace guardjit {
+
+struct TierUpStats {
+  uint64_t Scheduled = 0; ///< jobs accepted
+  uint64_t Installed = 0; ///< swaps done
+  uint64_t Failed = 0;    ///< compiles that failed (the unit keeps its code)
+  uint64_t Dropped = 0;   ///< jobs not run: the unit died first, or exit
+  uint64_t Pending = 0;   ///< queued or running now
+  double CompileMs = 0;   ///< total background compile time (ms)
+  std::string LastError;  ///< of the newest failure
+};
+
+/// Queues a recompile of `Target` with `Engine` (its level must be above the
+/// target's). Returns false when the worker is stopped (after exit began).
+bool scheduleTierUp(std::shared_ptr<CheckTarget> Target, GuardJIT &Engine);
+
+/// Waits until no job is queued or running, or `TimeoutS` seconds pass
+/// (negative: no limit). Returns true when the queue is empty. GIL held on
+/// entry; released while waiting.
+bool waitTierUp(double TimeoutS);
+
+TierUpStats tierUpStats();
+
+/// Stops the worker for good (the running compile finishes first). GIL held.
+void stopTierUp();
+
+} // namespace guardjit
+
+#endif // GUARDJIT_PYTHON_TIERUP_H
