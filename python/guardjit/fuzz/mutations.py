@@ -187,21 +187,32 @@ class Env:
         raise Inapplicable(f"cannot assign to {source}")
 
 
-def _restore_dict(d: dict, undo: Undo) -> None:
+def _restore_dict(d: dict, undo: Undo, ours: tuple = ()) -> None:
+    """Restores ``d`` to its items and key order now. Keys added meanwhile by
+    someone else (Dynamo installs globals when the end-to-end sample
+    recompiles) are kept; ``ours`` are keys the step adds itself."""
     snapshot = list(d.items())
+    keys = {id(k) for k, _ in snapshot}
 
     def restore() -> None:
         # Identity, not ==: values may be tensors.
         now = list(d.items())
-        if len(now) != len(snapshot) or any(
-                a[0] is not b[0] or a[1] is not b[1] for a, b in zip(now, snapshot)):
-            d.clear()
-            d.update(snapshot)
+        if len(now) == len(snapshot) and all(
+                a[0] is b[0] and a[1] is b[1] for a, b in zip(now, snapshot)):
+            return
+        extra = [(k, v) for k, v in now if id(k) not in keys and k not in snapshot_keys()
+                 and k not in ours]
+        d.clear()
+        d.update(snapshot)
+        d.update(extra)
+
+    def snapshot_keys() -> set:
+        return {k for k, _ in snapshot if isinstance(k, (str, int))}
     undo.push(restore)
 
 
 def _set_in_dict(d: dict, key: Any, value: Any, undo: Undo) -> None:
-    _restore_dict(d, undo)
+    _restore_dict(d, undo, (key,))
     d[key] = value
 
 
