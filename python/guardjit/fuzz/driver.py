@@ -57,7 +57,9 @@ class Summary:
             f"{c['skipped_steps']} did not fit), {c['unit_checks']} unit checks: Dynamo "
             f"passed {c['dynamo_pass']}, rejected {c['dynamo_fail']}, raised {c['dynamo_raise']}; "
             f"units on Dynamo's path {c['units_dynamo_path']}",
-            f"  end to end: {c['e2e']} runs ({c['e2e_both_raise']} raised in both)",
+            f"  end to end: {c['e2e']} runs ({c['e2e_both_raise']} raised in eager and "
+            f"compiled; {c['e2e_torch_same']} differ from eager exactly as plain torch.compile "
+            f"does)",
             f"  stance: {c['stance']} probes ({c['stance_calls']} judged calls)",
             f"  disagreements: check {c['check_disagree']}, end to end {c['e2e_mismatch']}, "
             f"stance misroutes {c['stance_misroute']}; undo errors {c['undo_errors']}, "
@@ -255,8 +257,10 @@ def _e2e(target: targets.Target, case: mutations.Case, summary: Summary, out_dir
     if r is None:
         return
     c["e2e"] += 1
-    c["e2e_both_raise"] += r.eager.startswith("raise")
-    if not r.ok:
+    c["e2e_both_raise"] += r.eager.startswith("raise") and r.ok
+    if not r.ok and r.torch == "same":
+        c["e2e_torch_same"] += 1  # plain torch.compile does the same: not guardjit's
+    elif not r.ok:
         c["e2e_mismatch"] += 1
         summary.disagreements.append(f"{target.spec.key}: end to end {r!r} after "
                                      f"{[str(s) for s in case.steps]}")

@@ -64,6 +64,7 @@ class CheckUnit:
     sources: list[str]
     tensor_sources: list[str]
     ir_text: str = ""
+    ir: Any = None  # guardjit's checked GuardSet (after the pipeline)
 
     def checkers(self) -> dict[str, Callable[[dict], Any]]:
         out: dict[str, Callable[[dict], Any]] = {"dynamo": self.dynamo_root.check}
@@ -104,11 +105,12 @@ class Target:
     units: list[CheckUnit]
     program_source: str | None = None
     stack: contextlib.ExitStack | None = None
+    plain: Any = None  # plain torch.compile of the same entry, same options (e2e)
+    function: Any = None  # the entry frame's function (read at build: a mutation may rebind forward)
 
     def entry_function(self) -> Any:
         """The Python function of the entry frame (``forward`` or ``fn``)."""
-        fn = self.entry.forward if isinstance(self.entry, torch.nn.Module) else self.entry
-        return getattr(fn, "__func__", fn)
+        return self.function
 
     def close(self) -> None:
         if self.stack is not None:
@@ -209,6 +211,12 @@ def build(spec: TargetSpec) -> Target:
                 for v in _variants(args):
                     compiled(*v, **kwargs)
         records = plugin.units()
+        # Plain torch with the same options, its own cache entries (backend
+        # objects differ), for the end-to-end sample.
+        from guardjit.bench.run import SideBackend
+
+        plain = torch.compile(entry, backend=SideBackend("eager", "torch"), **compile_kwargs)
+        plain(*args, **kwargs)
     finally:
         plugin.config.keep_units = False
         plugin.config.keep_frame_locals = False
@@ -216,9 +224,9 @@ def build(spec: TargetSpec) -> Target:
     for dyn_root, root, f_locals, scope, code in got:
         rec = next((u for u in records if u.native_root is root and root is not None), None)
         if rec is None:  # left on Dynamo's path: Dynamo's root is installed
-            rec_status, interp, native, text = "dynamo", None, None, ""
+            rec_status, interp, native, text, ir = "dynamo", None, None, "", None
         else:
-            rec_status, interp, native = rec.status, rec.bound.interpret, rec.check
+            rec_status, interp, native, ir = rec.status, rec.bound.interpret, rec.check, rec.ir
             text = rec.ir.print() if rec.ir is not None else ""
         if not isinstance(f_locals, dict):
             continue
@@ -232,8 +240,10 @@ def build(spec: TargetSpec) -> Target:
             name=str(getattr(rec, "name", "?")), status=rec_status, dynamo_root=dyn_root,
             root=root, interpret=interp, native=native, f_locals=fl, scope=scope, code=code,
             sources=env_srcs, tensor_sources=_tensor_sources(env_srcs, fl, scope),
-            ir_text=text))
-    return Target(spec, entry, compiled, args, kwargs, units, source, stack)
+            ir_text=text, ir=ir))
+    fn = entry.forward if isinstance(entry, torch.nn.Module) else entry
+    return Target(spec, entry, compiled, args, kwargs, units, source, stack, plain,
+                  getattr(fn, "__func__", fn))
 
 
 def _entry_locals(entry: Any, args: tuple, kwargs: dict, code: Any) -> dict | None:
