@@ -59,7 +59,7 @@ class Summary:
             f"units on Dynamo's path {c['units_dynamo_path']}",
             f"  end to end: {c['e2e']} runs ({c['e2e_both_raise']} raised in eager and "
             f"compiled; {c['e2e_torch_same']} differ from eager exactly as plain torch.compile "
-            f"does)",
+            f"does, {c['e2e_unsafe_filter']} under an unsafe filter)",
             f"  stance: {c['stance']} probes ({c['stance_calls']} judged calls)",
             f"  disagreements: check {c['check_disagree']}, end to end {c['e2e_mismatch']}, "
             f"stance misroutes {c['stance_misroute']}; undo errors {c['undo_errors']}, "
@@ -258,7 +258,9 @@ def _e2e(target: targets.Target, case: mutations.Case, summary: Summary, out_dir
         return
     c["e2e"] += 1
     c["e2e_both_raise"] += r.eager.startswith("raise") and r.ok
-    if not r.ok and r.torch == "same":
+    if not r.ok and target.spec.option in targets.FILTERS:
+        c["e2e_unsafe_filter"] += 1  # an unsafe filter may serve another state's graph
+    elif not r.ok and r.torch == "same":
         c["e2e_torch_same"] += 1  # plain torch.compile does the same: not guardjit's
     elif not r.ok:
         c["e2e_mismatch"] += 1

@@ -67,8 +67,11 @@ def run(target: Target, case: Case) -> Result | None:
         # updates its running stats in place).
         import torch
 
-        bufs = ([(b, b.detach().clone()) for b in target.entry.buffers()]
-                if isinstance(target.entry, torch.nn.Module) else [])
+        try:
+            bufs = ([(b, b.detach().clone()) for b in target.entry.buffers()]
+                    if isinstance(target.entry, torch.nn.Module) else [])
+        except Exception:  # noqa: BLE001 - a mutation broke the module's dicts
+            bufs = []
 
         def reset() -> None:
             with torch.no_grad():

@@ -209,6 +209,10 @@ def build(spec: TargetSpec) -> Target:
             compiled(*args, **kwargs)
             if spec.option == "multi_entry":
                 for v in _variants(args):
+                    try:
+                        entry(*v, **kwargs)  # a variant eager rejects is skipped
+                    except Exception:  # noqa: BLE001
+                        continue
                     compiled(*v, **kwargs)
         records = plugin.units()
         # Plain torch with the same options, its own cache entries (backend
