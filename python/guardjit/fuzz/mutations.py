@@ -608,6 +608,10 @@ def apply(step: Step, env: Env, undo: Undo) -> None:
         if isinstance(value, (type, types.ModuleType, types.FunctionType)):
             raise Inapplicable("type, module or function")
         assign(env, step.source, copy.copy(value), undo)
+    elif op == "o.wrap":
+        if not callable(value):
+            raise Inapplicable("not callable")
+        assign(env, step.source, lambda *a, _f=value, **k: _f(*a, **k), undo)
     elif op == "o.dead_weakref":
         if not isinstance(value, weakref.ref):
             raise Inapplicable("not a weakref")
@@ -722,6 +726,10 @@ def random_value_step(rng: random.Random, source: str, value: Any,
                       tensor_sources: list[str]) -> Step | None:
     """A step fitting ``value`` (the live value of ``source``), or None."""
     ops: list[tuple[str, Any]] = []
+    if "__builtins" in source:
+        # The real builtins dict: deleting `len` would break Python itself.
+        # A wrapper with the same behaviour is a new object (ID_MATCH fails).
+        return Step("o.wrap", source) if "[" in source.split("__builtins")[-1] else None
     deletable = source not in ("L", "G") and ("[" in source or "." in source)
     if isinstance(value, torch.Tensor):
         cur = str(value.dtype).replace("torch.", "")
