@@ -97,7 +97,43 @@ def main(argv: list[str] | None = None) -> int:
                         help="torch._dynamo.config.install_free_tensors=True")
     export.add_argument("--name", help="file name stem (default: the factory's model name)")
 
+    fuzz = sub.add_parser(
+        "fuzz", help="mutation fuzzer: Dynamo's check vs guardjit's interpreter and JIT",
+        description="Mutates the frame locals and program state of compiled corpus models and "
+                    "generated programs (under each plugin option) and compares Dynamo's root "
+                    "check with guardjit's interpreter, native check and installed root; a "
+                    "sample runs end to end against eager; under skip_guard_eval_unsafe, "
+                    "warmed inputs must be routed as a full lookup would. Disagreements are "
+                    "minimized and saved as reproducers; see docs/fuzzing.md.")
+    from guardjit.fuzz import targets as fuzz_targets
+
+    fuzz.add_argument("--cases", type=int, default=10000, help="cases to run (default: 10000)")
+    fuzz.add_argument("--seed", type=int, default=0, help="seed of the whole run (default: 0)")
+    fuzz.add_argument("--models", nargs="*", choices=list(fuzz_targets.CORPUS_MODELS),
+                      default=None, help="corpus models (default: all; none: programs only)")
+    fuzz.add_argument("--options", nargs="+", choices=list(fuzz_targets.OPTIONS),
+                      default=None, help="plugin options per target (default: all)")
+    fuzz.add_argument("--programs", type=int, default=20,
+                      help="generated programs (check level; default: 20)")
+    fuzz.add_argument("--stance-programs", type=int, default=3,
+                      help="generated programs per stance policy (default: 3)")
+    fuzz.add_argument("--stance-share", type=float, default=0.03,
+                      help="fraction of the cases run under the stance (default: 0.03)")
+    fuzz.add_argument("--e2e-every", type=int, default=97,
+                      help="run every N-th eligible case end to end (0: never; default: 97)")
+    fuzz.add_argument("--out", default="fuzz-reproducers", metavar="DIR",
+                      help="where disagreements are saved (default: fuzz-reproducers)")
+    fuzz.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+                      help="stop starting new cases after this long")
+    fuzz.add_argument("--json", metavar="FILE", help="also write the summary as JSON")
+    fuzz.add_argument("--replay", metavar="FILE.py", help="replay a saved reproducer and exit")
+    fuzz.add_argument("--no-progress", action="store_true", help="no progress bar")
+
     args = parser.parse_args(argv)
+    if args.command == "fuzz":
+        from guardjit.fuzz import driver
+
+        return driver.main(args)
     if args.command == "export":
         from guardjit import export as export_mod
 

@@ -1,0 +1,332 @@
+"""``python -m guardjit fuzz``: runs N cases over the targets, prints counts.
+
+The plan (:func:`plan`): every corpus model (quick sizes) under every option
+of :data:`targets.OPTIONS`, generated programs (each under an option drawn
+from the seed) and stance targets (generated programs under each
+differentiating-set policy). The check-level targets share ``1 - stance``
+of the cases equally; the stance targets the rest. Each target is compiled
+once and serves all its cases (every case's mutations are undone); case ``i``
+of target ``K`` draws from ``random.Random(f"{seed}:{K}:{i}")``, so a run is
+reproducible from its seed. Every ``e2e_every``-th eligible case also runs end
+to end (:mod:`guardjit.fuzz.e2e`). Every disagreement is minimized and saved
+under ``out_dir`` (:mod:`guardjit.fuzz.reproducer`).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import random
+import sys
+import time
+import traceback
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from guardjit.fuzz import e2e, mutations, oracle, reproducer, stance_oracle, targets
+
+
+@dataclasses.dataclass
+class Summary:
+    seed: int
+    cases: int = 0
+    wall_s: float = 0.0
+    counts: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    ops: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    reproducers: list[str] = dataclasses.field(default_factory=list)
+    disagreements: list[str] = dataclasses.field(default_factory=list)
+    build_errors: list[str] = dataclasses.field(default_factory=list)
+    targets: int = 0
+
+    @property
+    def total_disagreements(self) -> int:
+        return (self.counts["check_disagree"] + self.counts["stance_misroute"]
+                + self.counts["e2e_mismatch"])
+
+    def text(self) -> str:
+        c = self.counts
+        rate = self.cases / self.wall_s if self.wall_s else 0.0
+        lines = [
+            f"guardjit fuzz: seed {self.seed}, {self.cases} cases over {self.targets} targets "
+            f"in {self.wall_s:.1f} s ({rate:.0f} cases/s)",
+            f"  check level: {c['check']} cases ({c['steps']} steps applied, "
+            f"{c['skipped_steps']} did not fit), {c['unit_checks']} unit checks: Dynamo "
+            f"passed {c['dynamo_pass']}, rejected {c['dynamo_fail']}, raised {c['dynamo_raise']}; "
+            f"units on Dynamo's path {c['units_dynamo_path']}",
+            f"  end to end: {c['e2e']} runs ({c['e2e_both_raise']} raised in eager and "
+            f"compiled; {c['e2e_torch_same']} differ from eager exactly as plain torch.compile "
+            f"does, {c['e2e_unsafe_filter']} under an unsafe filter)",
+            f"  stance: {c['stance']} probes ({c['stance_calls']} judged calls)",
+            f"  disagreements: check {c['check_disagree']}, end to end {c['e2e_mismatch']}, "
+            f"stance misroutes {c['stance_misroute']}; undo errors {c['undo_errors']}, "
+            f"state leaks {c['leaks']}",
+        ]
+        if self.build_errors:
+            lines.append(f"  targets that did not build: {len(self.build_errors)}: "
+                         + "; ".join(self.build_errors[:5]))
+        for d in self.disagreements[:20]:
+            lines.append(f"  ! {d}")
+        for p in self.reproducers[:20]:
+            lines.append(f"  reproducer: {p}")
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict:
+        return {"seed": self.seed, "cases": self.cases, "wall_s": self.wall_s,
+                "targets": self.targets, "counts": dict(self.counts), "ops": dict(self.ops),
+                "reproducers": self.reproducers, "disagreements": self.disagreements,
+                "build_errors": self.build_errors}
+
+
+def plan(models: list[str], options: list[str], programs: int, stance_programs: int,
+         seed: int) -> tuple[list[targets.TargetSpec], list[tuple[str, str, str]]]:
+    check = [targets.TargetSpec("corpus", m, o) for m in models for o in options]
+    rng = random.Random(f"plan:{seed}")
+    for i in range(programs):
+        check.append(targets.TargetSpec("program", str(seed * 1000 + i), rng.choice(options)))
+    stance = [("program", str(seed * 1000 + 500 + i), p)
+              for i in range(stance_programs) for p in stance_oracle.POLICIES]
+    return check, stance
+
+
+class _Bar:
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.bar, self.n, self.total, self.enabled = None, 0, total, enabled
+        self.start = time.perf_counter()
+        self.last = 0.0
+        if enabled:
+            try:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=total, file=sys.stderr, unit="case", dynamic_ncols=True,
+                                smoothing=0.05)
+            except ImportError:
+                pass
+
+    def update(self, n: int, desc: str, summary: Summary) -> None:
+        self.n += n
+        if not self.enabled:
+            return
+        c = summary.counts
+        post = f"dis={summary.total_disagreements} rej={c['dynamo_fail']} pass={c['dynamo_pass']}"
+        if self.bar is not None:
+            self.bar.update(n)
+            self.bar.set_description_str(desc[:40], refresh=False)
+            self.bar.set_postfix_str(post, refresh=False)
+        elif time.perf_counter() - self.last > 2.0 or self.n == self.total:
+            self.last = time.perf_counter()
+            print(f"\r[{self.n}/{self.total} {self.last - self.start:5.0f}s] {desc[:40]} {post}",
+                  end="", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        elif self.enabled:
+            print(file=sys.stderr)
+
+
+def _split(n: int, k: int) -> list[int]:
+    return [n // k + (1 if i < n % k else 0) for i in range(k)]
+
+
+def run(cases: int, seed: int = 0, models: list[str] | None = None,
+        options: list[str] | None = None, programs: int = 20, stance_programs: int = 3,
+        stance_share: float = 0.03, e2e_every: int = 97, out_dir: str = "fuzz-reproducers",
+        progress: bool = True, time_limit_s: float | None = None,
+        override: oracle.CheckerOverride | None = None, minimize: bool = True) -> Summary:
+    models = list(targets.CORPUS_MODELS) if models is None else models
+    options = list(targets.OPTIONS) if options is None else options
+    check_specs, stance_specs = plan(models, options, programs, stance_programs, seed)
+    n_stance = int(cases * stance_share) if stance_specs else 0
+    n_check = cases - n_stance
+    summary = Summary(seed)
+    summary.targets = len(check_specs) + len(stance_specs)
+    bar = _Bar(cases, progress)
+    start = time.perf_counter()
+    deadline = None if time_limit_s is None else start + time_limit_s
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    # The end-to-end sample compiles invalid programs too (Dynamo logs them).
+    quiet = [logging.getLogger(n) for n in ("torch._dynamo", "torch._subclasses.fake_tensor")]
+    levels = [q.level for q in quiet]
+    for q in quiet:
+        q.setLevel(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for spec, n in zip(check_specs, _split(n_check, max(len(check_specs), 1))):
+                if n and (deadline is None or time.perf_counter() < deadline):
+                    _run_check_target(spec, n, seed, summary, bar, out_dir, e2e_every, override,
+                                      minimize, deadline)
+            for spec, n in zip(stance_specs, _split(n_stance, max(len(stance_specs), 1))):
+                if n and (deadline is None or time.perf_counter() < deadline):
+                    _run_stance_target(spec, n, seed, summary, bar, out_dir, deadline)
+    finally:
+        torch.set_num_threads(threads)
+        for q, lv in zip(quiet, levels):
+            q.setLevel(lv)
+        bar.close()
+    summary.wall_s = time.perf_counter() - start
+    return summary
+
+
+def _build_error(summary: Summary, key: str, e: BaseException) -> None:
+    summary.build_errors.append(f"{key}: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
+                                if str(e) else f"{key}: {type(e).__name__}")
+
+
+def _run_check_target(spec: targets.TargetSpec, n: int, seed: int, summary: Summary, bar: _Bar,
+                      out_dir: str, e2e_every: int, override: Any, minimize: bool,
+                      deadline: float | None) -> None:
+    try:
+        target = spec.build()
+    except Exception as e:  # noqa: BLE001 - reported, the run goes on
+        _build_error(summary, spec.key, e)
+        bar.update(n, spec.key, summary)
+        return
+    c = summary.counts
+    try:
+        if not target.units:
+            _build_error(summary, spec.key, RuntimeError("no compile unit to check"))
+            bar.update(n, spec.key, summary)
+            return
+        c["units_dynamo_path"] += sum(u.status == "dynamo" for u in target.units)
+        eligible = 0
+        done = 0
+        for i in range(n):
+            if deadline is not None and i % 64 == 0 and time.perf_counter() > deadline:
+                break
+            rng = random.Random(f"{seed}:{spec.key}:{i}")
+            case = mutations.random_case(rng, target.units)
+            verdict = oracle.run_case(target, case, override)
+            done += 1
+            summary.cases += 1
+            c["check"] += 1
+            c["steps"] += verdict.applied
+            c["skipped_steps"] += len(verdict.skipped)
+            c["undo_errors"] += len(verdict.undo_errors)
+            for s in case.steps:
+                summary.ops[s.op] += 1
+            for ua in verdict.units:
+                c["unit_checks"] += 1
+                exp = ua.expected
+                c["dynamo_pass" if exp is True else "dynamo_fail" if exp is False
+                  else "dynamo_raise"] += 1
+            if verdict.disagrees:
+                c["check_disagree"] += 1
+                _save_check(target, case, verdict, summary, out_dir, override, minimize)
+            if e2e_every and e2e.eligible(target, case):
+                eligible += 1
+                if eligible % e2e_every == 1 or e2e_every == 1:
+                    _e2e(target, case, summary, out_dir)
+            if i % 256 == 255:
+                if oracle.base_ok(target):
+                    c["leaks"] += 1
+                    summary.disagreements.append(f"{spec.key}: state not restored after case {i}")
+                    break
+            if i % 32 == 31:
+                bar.update(32, spec.key, summary)
+        bar.update(n - (done // 32) * 32, spec.key, summary)
+    finally:
+        target.close()
+
+
+def _save_check(target: targets.Target, case: mutations.Case, verdict: oracle.Verdict,
+                summary: Summary, out_dir: str, override: Any, minimize: bool) -> None:
+    key = target.spec.key
+    if minimize:
+        case = reproducer.minimize(case, lambda c: oracle.run_case(target, c, override).disagrees)
+        verdict = oracle.run_case(target, case, override)
+    guards = oracle.differing_guards(target, case, verdict)
+    summary.disagreements.append(f"{key}: {[str(s) for s in case.steps]}: {verdict.summary()}")
+    if out_dir and len(summary.reproducers) < 200:
+        data = reproducer.check_data(key, case, verdict, target.program_source)
+        summary.reproducers.append(reproducer.write(
+            out_dir, "check", key, data, verdict.summary(), [str(s) for s in case.steps], guards))
+
+
+def _e2e(target: targets.Target, case: mutations.Case, summary: Summary, out_dir: str) -> None:
+    c = summary.counts
+    try:
+        r = e2e.run(target, case)
+    except Exception as e:  # noqa: BLE001 - e.g. Dynamo internal errors: reported
+        r = e2e.Result(False, "?", f"driver error {type(e).__name__}: {e}"[:200])
+    if r is None:
+        return
+    c["e2e"] += 1
+    c["e2e_both_raise"] += r.eager.startswith("raise") and r.ok
+    if not r.ok and target.spec.option in targets.FILTERS:
+        c["e2e_unsafe_filter"] += 1  # an unsafe filter may serve another state's graph
+    elif not r.ok and r.torch == "same":
+        c["e2e_torch_same"] += 1  # plain torch.compile does the same: not guardjit's
+    elif not r.ok:
+        c["e2e_mismatch"] += 1
+        summary.disagreements.append(f"{target.spec.key}: end to end {r!r} after "
+                                     f"{[str(s) for s in case.steps]}")
+        if out_dir:
+            data = {"kind": "e2e", "target": target.spec.key, "case": case.as_dict(),
+                    "program_source": target.program_source, "result": repr(r)}
+            summary.reproducers.append(reproducer.write(
+                out_dir, "e2e", target.spec.key, data, repr(r), [str(s) for s in case.steps], []))
+
+
+def _run_stance_target(spec: tuple[str, str, str], n: int, seed: int, summary: Summary,
+                       bar: _Bar, out_dir: str, deadline: float | None) -> None:
+    kind, name, policy = spec
+    key = f"{kind}:{name}:{policy}"
+    try:
+        target = stance_oracle.build(kind, name, policy, seed)
+    except Exception as e:  # noqa: BLE001
+        _build_error(summary, "stance " + key, e)
+        bar.update(n, key, summary)
+        return
+    c = summary.counts
+    try:
+        for i in range(n):
+            if deadline is not None and time.perf_counter() > deadline:
+                break
+            rng = random.Random(f"{seed}:stance:{key}:{i}")
+            order, probe = stance_oracle.draw(rng, target)
+            v = stance_oracle.run_case(target, order, probe)
+            summary.cases += 1
+            c["stance"] += 1
+            c["stance_calls"] += len(v.calls)
+            if v.disagrees:
+                c["stance_misroute"] += 1
+                summary.disagreements.append(f"stance {key} ({target.variants}): {v.summary()}")
+                if out_dir:
+                    data = {"kind": "stance", "target": key, "seed": seed, "order": order,
+                            "probe": probe, "variants": target.variants}
+                    summary.reproducers.append(reproducer.write(
+                        out_dir, "stance", key, data, v.summary(),
+                        [f"cache order {[target.variants[j] for j in order]}, probe "
+                         f"{target.variants[probe]}"], []))
+            bar.update(1, "stance " + key, summary)
+    finally:
+        target.close()
+
+
+def main(args: Any) -> int:
+    """The CLI entry (``python -m guardjit fuzz``)."""
+    if args.replay:
+        return reproducer.replay_file(args.replay)
+    try:
+        summary = run(args.cases, args.seed, models=args.models, options=args.options,
+                      programs=args.programs, stance_programs=args.stance_programs,
+                      stance_share=args.stance_share, e2e_every=args.e2e_every,
+                      out_dir=args.out, progress=not args.no_progress,
+                      time_limit_s=args.time_limit)
+    except Exception:
+        traceback.print_exc()
+        return 2
+    print(summary.text())
+    if args.json:
+        import json
+
+        with open(args.json, "w") as f:
+            json.dump(summary.as_dict(), f, indent=1)
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 1 if summary.total_disagreements or summary.counts["leaks"] else 0

@@ -1,0 +1,99 @@
+"""The end-to-end sample: a mutated case runs through ``torch.compile``
+(guardjit's, ``backend="eager"``) and eager, and the results must be equal.
+
+Only a case whose chosen unit is the target's entry frame, with ``self``
+unchanged, can be expressed as a call (:func:`targets.call_args`); the
+frame-local mutations become the call's arguments and the state mutations
+stay applied during both calls. Both calls raising counts as agreement (the
+program is invalid in that state); one raising is a disagreement, and so is
+a different result (``routing.same_result``: dtype included, NaNs equal).
+The compiled call may recompile: that is what a wrong "pass" would skip.
+Plain ``torch.compile`` of the same entry with the same options (its own
+cache entries) is called on every sample too; where guardjit's result is
+not eager's but exactly plain torch's (an unsafe filter serving a graph
+compiled for another state, a Dynamo error), that is torch's behaviour and is
+counted apart, not as a disagreement.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from guardjit import routing
+from guardjit.fuzz import oracle
+from guardjit.fuzz.mutations import Case, Undo
+from guardjit.fuzz.targets import Target, call_args
+
+
+@dataclasses.dataclass
+class Result:
+    ok: bool
+    eager: str  # "value" or "raise T"
+    compiled: str
+    # Plain torch.compile in the same state when guardjit's result is not
+    # eager's: "same" when it does exactly what guardjit's did (an unsafe
+    # filter, a Dynamo error): then it is torch's behaviour, not guardjit's.
+    torch: str = ""
+
+    def __repr__(self) -> str:
+        return (f"e2e ok={self.ok} eager={self.eager} compiled={self.compiled}"
+                + (f" plain torch={self.torch}" if self.torch else ""))
+
+
+def _call(fn: Any, args: tuple, kwargs: dict) -> tuple[Any, str]:
+    try:
+        return fn(*args, **kwargs), "value"
+    except Exception as e:  # noqa: BLE001 - a raise is a result too
+        return None, f"raise {type(e).__name__}"
+
+
+def eligible(target: Target, case: Case) -> bool:
+    unit = target.units[case.unit]
+    return unit.code is target.entry_function().__code__
+
+
+def run(target: Target, case: Case) -> Result | None:
+    if not eligible(target, case):
+        return None
+    undo = Undo()
+    try:
+        env, _, _ = oracle.apply_steps(target, case, undo)
+        call = call_args(target, env.f_locals)
+        if call is None:
+            return None
+        args, kwargs = call
+        # Each call starts from the same buffers (train-mode BatchNorm
+        # updates its running stats in place).
+        import torch
+
+        try:
+            bufs = ([(b, b.detach().clone()) for b in target.entry.buffers()]
+                    if isinstance(target.entry, torch.nn.Module) else [])
+        except Exception:  # noqa: BLE001 - a mutation broke the module's dicts
+            bufs = []
+
+        def reset() -> None:
+            with torch.no_grad():
+                for b, v in bufs:
+                    if b.shape == v.shape and b.dtype == v.dtype:
+                        b.copy_(v)
+        ref, how_ref = _call(target.entry, args, kwargs)
+        reset()
+        out, how_out = _call(target.compiled, args, kwargs)
+        reset()
+        if how_ref != "value" or how_out != "value":
+            ok = how_ref != "value" and how_out != "value"
+        else:
+            ok = routing.same_result(out, ref)
+        # Plain torch is called on every sample, so its cache sees the same
+        # history as guardjit's (an unsafe filter serves what was compiled).
+        plain, how_plain = _call(target.plain, args, kwargs) if target.plain is not None \
+            else (None, "")
+        reset()
+    finally:
+        undo.run()
+    if ok or not how_plain:
+        return Result(ok, how_ref, how_out)
+    same = how_plain == how_out and (how_out != "value" or routing.same_result(plain, out))
+    return Result(False, how_ref, how_out, "same" if same else how_plain)

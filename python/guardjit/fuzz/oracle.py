@@ -1,0 +1,152 @@
+"""The check-level oracle: Dynamo's root, guardjit's interpreter, its native
+check and the installed root must give the same answer.
+
+One :class:`Case` is a target unit and a list of mutation steps. Running it
+(:func:`run_case`) copies the unit's compile-time frame locals, applies the
+steps (:mod:`guardjit.fuzz.mutations`), asks every checker of **every** unit
+of the target (the chosen unit sees the mutated frame locals, the others
+their own compile-time ones; the object, global and grad-mode... mutations
+are seen by all), and undoes the steps. Dynamo's answer is the oracle; an
+answer is ``True``, ``False`` or ``"raise <Type>"``. No checker other than
+Dynamo's is ever trusted: a case disagrees when any answer of a unit differs
+from its Dynamo answer.
+
+``checkers`` can be overridden per unit (:class:`Verdict` names them), which
+is how the test shows a deliberately wrong checker is caught.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from guardjit.fuzz import mutations
+from guardjit.fuzz.mutations import Case, Env, Inapplicable, Undo
+from guardjit.fuzz.targets import Target
+
+
+@dataclasses.dataclass
+class UnitAnswers:
+    unit: int
+    name: str
+    answers: dict[str, Any]  # checker name -> True | False | "raise T"
+
+    @property
+    def expected(self) -> Any:
+        return self.answers["dynamo"]
+
+    @property
+    def disagrees(self) -> bool:
+        return any(a != self.expected for a in self.answers.values())
+
+
+@dataclasses.dataclass
+class Verdict:
+    case: Case
+    applied: int  # steps that applied
+    skipped: list[str]  # steps that did not fit (Inapplicable)
+    units: list[UnitAnswers]
+    undo_errors: list[str]
+
+    @property
+    def disagrees(self) -> bool:
+        return any(u.disagrees for u in self.units)
+
+    @property
+    def chosen(self) -> UnitAnswers:
+        return next(u for u in self.units if u.unit == self.case.unit)
+
+    def summary(self) -> str:
+        parts = []
+        for u in self.units:
+            if u.disagrees:
+                parts.append(f"unit {u.name}: " + ", ".join(f"{k}={v}" for k, v in u.answers.items()))
+        return "; ".join(parts)
+
+
+def answer(fn: Callable[[dict], Any], f_locals: dict) -> Any:
+    try:
+        return bool(fn(f_locals))
+    except Exception as e:  # noqa: BLE001 - a raise is an answer too
+        return f"raise {type(e).__name__}"
+
+
+CheckerOverride = Callable[[int, dict[str, Callable[[dict], Any]]],
+                           dict[str, Callable[[dict], Any]]]
+
+
+def apply_steps(target: Target, case: Case, undo: Undo) -> tuple[Env, int, list[str]]:
+    unit = target.units[case.unit]
+    env = Env(dict(unit.f_locals), unit.scope)
+    applied, skipped = 0, []
+    for step in case.steps:
+        try:
+            mutations.apply(step, env, undo)
+            applied += 1
+        except Inapplicable as e:
+            skipped.append(f"{step}: {e}")
+        except Exception as e:  # noqa: BLE001 - e.g. torch refusing a conversion
+            skipped.append(f"{step}: {type(e).__name__}: {e}")
+    return env, applied, skipped
+
+
+def run_case(target: Target, case: Case, override: CheckerOverride | None = None,
+             after: Callable[[Env], None] | None = None) -> Verdict:
+    """Applies ``case``, asks every checker of every unit, undoes the case.
+    ``after(env)`` runs with the mutations applied (the end-to-end sample)."""
+    undo = Undo()
+    try:
+        env, applied, skipped = apply_steps(target, case, undo)
+        results = []
+        for i, u in enumerate(target.units):
+            fl = env.f_locals if i == case.unit else dict(u.f_locals)
+            checkers = u.checkers()
+            if override is not None:
+                checkers = override(i, checkers)
+            results.append(UnitAnswers(i, u.name, {k: answer(fn, fl)
+                                                   for k, fn in checkers.items()}))
+        if after is not None:
+            after(env)
+    finally:
+        errors = undo.run()
+    return Verdict(case, applied, skipped, results, [repr(e) for e in errors])
+
+
+def base_ok(target: Target) -> list[str]:
+    """Units whose Dynamo root no longer passes on its compile-time frame
+    locals (a mutation that was not undone)."""
+    return [u.name for u in target.units if answer(u.dynamo_root.check, dict(u.f_locals)) is not True]
+
+
+def differing_guards(target: Target, case: Case, verdict: Verdict) -> list[str]:
+    """What tells the answers apart: Dynamo's failing guard
+    (``check_verbose``) and the guardjit IR lines that read a mutated source."""
+    out = []
+    undo = Undo()
+    try:
+        env, _, _ = apply_steps(target, case, undo)
+        for ua in verdict.units:
+            if not ua.disagrees:
+                continue
+            u = target.units[ua.unit]
+            fl = env.f_locals if ua.unit == case.unit else dict(u.f_locals)
+            try:
+                info = u.dynamo_root.check_verbose(fl)
+                if not info.result:
+                    out.append(f"unit {u.name}: Dynamo fails on "
+                               + " | ".join(info.verbose_code_parts)[:600])
+                else:
+                    out.append(f"unit {u.name}: Dynamo's tree passes "
+                               f"({info.num_guards_executed} guards run)")
+            except Exception as e:  # noqa: BLE001
+                out.append(f"unit {u.name}: check_verbose raised {e!r}")
+            srcs = {s.source for s in case.steps if s.source}
+            lines = [ln.strip() for ln in u.ir_text.splitlines()
+                     if any(s and s in ln for s in srcs)]
+            if lines:
+                out.append(f"unit {u.name}: guardjit IR reading the mutated sources:\n    "
+                           + "\n    ".join(lines[:12]))
+    finally:
+        undo.run()
+    return out
