@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import pytest
 
 from guardjit.fuzz import mutations, oracle, targets
 
 
-@pytest.mark.xfail(strict=True, reason="open: object_aliasing reads attributes through __dict__, "
-                                       "Dynamo's aliasing lambda through getattr (a class-level "
-                                       "property shadows the instance dict)")
 def test_class_property_shadowing_modules_is_seen_by_the_aliasing_guards():
+    # Fixed: the object_aliasing guards read `x.a` with getattr, as Dynamo's
+    # aliasing lambda does, never through the tree's x.__dict__['a']
+    # (aliasing.SourceReader._matches).
     t = targets.TargetSpec("corpus", "deep-decoder", "default").build()
     try:
         case = mutations.Case(0, [mutations.Step("o.class_property", "L['self']",
