@@ -31,8 +31,12 @@ conjunct.
 
 A read that fails (AttributeError, KeyError...) fails the check, as the
 exception fails Dynamo's lambda. Reads of the second kind are new values in
-the IR, read once per check per part (``getattr``/``get_item`` reads are
-never merged: they may run Python code).
+the IR, shared by the later parts of the same lambda that read the same text
+(torch's non-lambda form reads each source once too). They are never merged
+with other reads: ``getattr``/``get_item`` may run Python code. What this
+sharing gives up: an attribute that, after the compile, becomes a descriptor
+whose getter returns a different object on every call is read once per check
+instead of once per part.
 """
 
 from __future__ import annotations

@@ -85,6 +85,9 @@ class Recording:
     # otherwise): how the aliasing parts tell a read with Python's semantics
     # from one that bypasses them (aliasing.SourceReader).
     reads: dict[int, tuple[str, int, Any]] = dataclasses.field(default_factory=dict)
+    # The reads the aliasing parts add (source text -> value id, and their
+    # reads as above): later parts share them (docs/guard-semantics.md §12).
+    aliasing_by_source: dict[str, int] = dataclasses.field(default_factory=dict)
     examples: dict[int, Any] = dataclasses.field(default_factory=dict)
     tensor_types: dict[int, Any] = dataclasses.field(default_factory=dict)
     tensor_props: dict[tuple[int, str, int], int] = dataclasses.field(default_factory=dict)
@@ -633,7 +636,11 @@ def _aliasing_guard(rec: Recording, guard: Any, code_part: str, verbose: str,
     added: list[tuple] = []  # reads to add once both sides are readable
 
     def resolve(text: str) -> tuple[int, tuple[str, int, Any]] | None:
-        vid = rec.by_source.get(text)
+        # An earlier part's read of the same text has the text's semantics by
+        # construction; a read of the tree's only when its accessors do.
+        vid = rec.aliasing_by_source.get(text)
+        if vid is None:
+            vid = rec.by_source.get(text)
         if vid is None or vid in rec.fresh_values or vid not in rec.reads:
             return None
         return vid, rec.reads[vid]
@@ -659,7 +666,10 @@ def _aliasing_guard(rec: Recording, guard: Any, code_part: str, verbose: str,
 
     for i, (kind, parent, source, name, key) in enumerate(added):
         key_id = -1 if key is None else rec.object_id("key", key, True)
-        real[-(i + 1)] = rec.ir.add_value(kind, vid_of(parent), source, name, -1, key_id)
+        vid = rec.ir.add_value(kind, vid_of(parent), source, name, -1, key_id)
+        real[-(i + 1)] = vid
+        rec.aliasing_by_source.setdefault(source, vid)
+        rec.reads[vid] = (kind, vid_of(parent), key)
     file, line = _user_loc(getattr(guard, "user_stack", None))
     rec.ir.add_guard("object_aliasing", [vid_of(b), vid_of(a)], source=code_part,
                      origin=rec.origin_id(_state.origin), file=file, line=line,
