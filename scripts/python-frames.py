@@ -41,6 +41,7 @@ def measure(name: str, rounds: int) -> dict:
         args, kwargs = case.inputs()
         model(*args, **kwargs)
         model(*args, **kwargs)
+        plugin.wait_for_tier_up()
         units = plugin.units()
     out = {"model": case.name, "units": []}
     for c, u in zip(captured, units):

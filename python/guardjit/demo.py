@@ -67,6 +67,7 @@ def run_model(case: models.ModelCase, backend: str = "eager", rounds: int = 31,
         compiled = guardjit.compile(case.model, backend=backend)
         # Default grad mode: the measurements and mutations below run in it.
         compiled(*case.make_input())
+        plugin.wait_for_tier_up()  # measure the steady state
         units = plugin.units()
     finally:
         plugin.config.keep_frame_locals = False

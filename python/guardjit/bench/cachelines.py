@@ -90,6 +90,7 @@ def measure(models: list[str], reps: int, sweep_bytes: int) -> None:
     import torch
 
     import guardjit
+    from guardjit import plugin
     from guardjit.bench import run
     from guardjit.bench.corpus import CORPUS
 
@@ -104,6 +105,7 @@ def measure(models: list[str], reps: int, sweep_bytes: int) -> None:
                 args, kwargs = case.inputs()
                 m(*args, **kwargs)
                 m(*args, **kwargs)
+                plugin.wait_for_tier_up()
             run.fix_frame_locals(case, cap)
             for c in cap:
                 for _ in range(3):  # warm: lazily built state, memo slots

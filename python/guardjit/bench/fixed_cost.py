@@ -63,6 +63,7 @@ def measure(name: str, rounds: int, calls: int) -> dict[str, Any]:
         gj = guardjit.compile(fresh, backend=SideBackend("eager", "guardjit"),
                               **_kwargs(CASES[name]))
         gj(x)
+        plugin.wait_for_tier_up()
         units = plugin.units()
     (ct,), (cg,) = cap_torch, cap_gj
     out: dict[str, Any] = {

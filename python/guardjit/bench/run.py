@@ -52,7 +52,7 @@ import torch
 import torch._dynamo.guards as dynamo_guards
 
 import guardjit
-from guardjit import plugin, timing
+from guardjit import _core, plugin, timing
 from guardjit.bench.corpus import BenchCase
 from guardjit.bench.lookup import LOOKUP_EVENT, profile_lookup_us, raw_self_us  # noqa: F401
 
@@ -132,6 +132,17 @@ def _entry_locals(case: BenchCase, code: Any) -> dict | None:
     finally:
         sys.setprofile(None)
     return got.get("v")
+
+
+def _wait_for_tier_up() -> dict[str, Any]:
+    """Waits until the background tier replaced every check compiled so far
+    (the steady state a serving loop reaches), returning the wait (ms) and
+    the background compile time spent meanwhile (ms)."""
+    before = _core.tier_up_stats()["compile_ms"]
+    start = time.perf_counter()
+    plugin.wait_for_tier_up()
+    return {"tier_up_wait_ms": (time.perf_counter() - start) * 1e3,
+            "tier_up_compile_ms": _core.tier_up_stats()["compile_ms"] - before}
 
 
 @contextlib.contextmanager
@@ -311,6 +322,7 @@ def measure_checks(case: BenchCase, s: Settings, compile_kwargs: dict | None = N
         args, kwargs = case.inputs()
         model(*args, **kwargs)
         model(*args, **kwargs)  # a second call must hit (no recompile)
+        out.update(_wait_for_tier_up())
         units = plugin.units()
         reasons_after = dict(guardjit.stats().get("fallback_reasons", {}))
         fallback = [u.reason for u in units if u.status == "dynamo"]
@@ -406,6 +418,7 @@ def measure_end_to_end(case: BenchCase, s: Settings) -> dict[str, Any]:
     with capture_units() as cap_gj:
         call_gj()
     out["e2e_compile_s_guardjit"] = time.perf_counter() - start
+    out.update(_wait_for_tier_up())
     # torch.compile with both unsafe options (UNSAFE), a third side.
     unsafe_kwargs, unsafe_config = option_kwargs(UNSAFE)
     unsafe = torch.compile(case.model, backend=SideBackend(s.e2e_backend, "torch-unsafe"),

@@ -1,0 +1,236 @@
+"""The background tier (python/src/TierUp.h, guardjit/tiering.py): native
+checks recompiled at O1 off the calling thread and swapped in atomically.
+Checked against plain torch's answers (Dynamo's own root), eager results,
+threads calling while code is replaced, units dying before their compile,
+interpreter exit with compiles queued, and fork."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+import torch
+
+import guardjit
+from guardjit import _core, plugin, tiering
+from guardjit.bench import run
+
+
+@pytest.fixture
+def installed():
+    assert guardjit.install()
+    yield
+    guardjit.uninstall()
+
+
+class Block(torch.nn.Module):
+    def __init__(self, n: int = 4) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(n))
+        self.scale = 0.5
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.relu(layer(x)) * self.scale
+        return x
+
+
+def _compiled_unit(model, x):
+    torch._dynamo.reset()
+    with run.keep_units(), run.capture_units() as captured:
+        opt = guardjit.compile(model, backend="eager")
+        opt(x)
+        units = plugin.units()
+    assert captured and units and units[0].status == "native"
+    return opt, captured[0], units[0]
+
+
+def _variants(x):
+    """Frame-locals changes that Dynamo's guards see (and one they pass)."""
+    yield "same", lambda fl: dict(fl)
+    yield "dtype", lambda fl: {**fl, "x": x.double()}
+    yield "shape", lambda fl: {**fl, "x": torch.randn(3, 8)}
+    yield "stride", lambda fl: {**fl, "x": torch.randn(8, 2).t()}
+    yield "requires_grad", lambda fl: {**fl, "x": x.clone().requires_grad_()}
+    yield "missing", lambda fl: {k: v for k, v in fl.items() if k != "x"}
+
+
+def test_every_level_agrees_with_dynamos_root_on_the_same_bound_set():
+    """light and O1 code of one bound set answer as Dynamo's own root on
+    every frame-locals variant (and on module state changes)."""
+    model, x = Block(), torch.randn(2, 8)
+    _opt, cap, unit = _compiled_unit(model, x)
+    checks = {lvl: _core.make_guard(unit.bound, _core.compile(unit.bound, lvl))
+              for lvl in ("light", "O1")}
+    seen = set()
+    for name, make in _variants(x):
+        fl = make(cap.f_locals)
+        want = bool(cap.dynamo_root.check(fl))
+        seen.add(want)
+        for lvl, chk in checks.items():
+            assert bool(chk(fl)) is want, (name, lvl)
+    model.scale = 0.25  # an EQUALS_MATCH on a module attribute
+    fl = dict(cap.f_locals)
+    assert cap.dynamo_root.check(fl) is False
+    assert all(chk(fl) is False for chk in checks.values())
+    model.scale = 0.5
+    assert seen == {True, False}
+
+
+def test_compiled_unit_tiers_up_to_O1_and_stats_say_so(installed):
+    before = _core.tier_up_stats()["installed"]
+    model, x = Block(), torch.randn(2, 8)
+    opt, cap, unit = _compiled_unit(model, x)
+    assert plugin.wait_for_tier_up(60)
+    assert tiering.level_of(unit.check) == "O1"
+    st = guardjit.stats()["tier_up"]
+    assert st["level"] == "O1" and st["pending"] == 0
+    assert st["installed"] > before
+    # The swapped code is what the installed root runs: same answers.
+    assert cap.final_root.check(cap.f_locals) is True
+    assert cap.final_root.check({**cap.f_locals, "x": x.double()}) is False
+    assert torch.equal(opt(x), model(x))
+
+
+def test_tier_up_off_keeps_the_light_code(installed, monkeypatch):
+    monkeypatch.setattr(plugin.config, "tier_up", "off")
+    _opt, _cap, unit = _compiled_unit(Block(1), torch.randn(2, 8))
+    plugin.wait_for_tier_up(60)
+    assert tiering.level_of(unit.check) == "light"
+    assert not plugin.tier_up(unit.check)
+
+
+def test_nothing_to_gain_is_not_queued():
+    model, x = Block(1), torch.randn(2, 8)
+    _opt, _cap, unit = _compiled_unit(model, x)
+    interp = _core.make_guard(unit.bound, None)
+    assert tiering.level_of(interp) is None
+    assert not _core.tier_up(interp, "O1")  # the interpreter is a chosen mode
+    o2 = _core.make_guard(unit.bound, _core.compile(unit.bound, "O2"))
+    assert not _core.tier_up(o2, "O1")  # already above
+    with pytest.raises(TypeError):
+        _core.tier_up(len, "O1")
+    with pytest.raises(ValueError):
+        _core.tier_up(o2, "O3")
+
+
+def test_calls_from_threads_while_code_is_replaced(installed):
+    """Four threads call compiled functions while their checks tier up (and
+    while further functions compile and tier up): every result is eager's."""
+    torch._dynamo.reset()
+    models = [Block(n) for n in (1, 2, 3, 4)]
+    opts = [guardjit.compile(m, backend="eager") for m in models]
+    xs = [torch.randn(2, 8), torch.randn(3, 8)]
+    want = [[m(x) for x in xs] for m in models]
+    errors: list = []
+    stop = threading.Event()
+
+    def caller(i: int) -> None:
+        try:
+            while not stop.is_set():
+                for j, x in enumerate(xs):
+                    if not torch.equal(opts[i](x), want[i][j]):
+                        errors.append((i, j))
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=caller, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        assert plugin.wait_for_tier_up(120)
+        for i in range(4):  # more compiles and swaps while the callers run
+            opts[i](torch.randn(5, 8))
+        assert plugin.wait_for_tier_up(120)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert errors == []
+    assert _core.tier_up_stats()["pending"] == 0
+
+
+def test_units_dying_before_their_background_compile(installed):
+    """Units evicted (torch._dynamo.reset) while their compile is queued or
+    running: nothing crashes, the queue drains, and later units still tier."""
+    st0 = _core.tier_up_stats()
+    torch._dynamo.reset()
+    for n in range(6):
+        m = Block(4)
+        guardjit.compile(m, backend="eager")(torch.randn(2, 8))
+        del m
+        torch._dynamo.reset()
+    assert plugin.wait_for_tier_up(120)
+    st = _core.tier_up_stats()
+    assert st["pending"] == 0 and st["failed"] == st0["failed"]
+    assert st["scheduled"] - st0["scheduled"] >= 6
+    assert (st["installed"] - st0["installed"]) + (st["dropped"] - st0["dropped"]) \
+        == st["scheduled"] - st0["scheduled"]
+    _opt, _cap, unit = _compiled_unit(Block(2), torch.randn(2, 8))
+    assert plugin.wait_for_tier_up(60) and tiering.level_of(unit.check) == "O1"
+
+
+def _run_child(body: str) -> subprocess.CompletedProcess:
+    code = textwrap.dedent(body)
+    env = {k: v for k, v in os.environ.items() if k != "GUARDJIT"}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+def test_interpreter_exit_with_compiles_queued():
+    """A process that exits right after compiling (its background compiles
+    queued or running) exits cleanly: the atexit hook stops the worker."""
+    r = _run_child("""
+        import torch, guardjit
+        from guardjit import _core
+        class M(torch.nn.Module):
+            def __init__(self, n):
+                super().__init__()
+                self.layers = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(n))
+            def forward(self, x):
+                for l in self.layers:
+                    x = l(x)
+                return x
+        for n in (8, 16, 24):
+            guardjit.compile(M(n), backend="eager")(torch.randn(2, 8))
+        st = _core.tier_up_stats()
+        assert st["scheduled"] >= 3, st
+        print("pending at exit:", st["pending"])
+    """)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "pending at exit:" in r.stdout
+    assert "Traceback" not in r.stderr and "Fatal" not in r.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_fork_child_gets_its_own_worker():
+    """After fork (the parent's compile finished first), the child compiles,
+    tiers up and checks with a worker of its own; the parent's still runs."""
+    r = _run_child("""
+        import os, torch, guardjit
+        from guardjit import plugin, tiering
+        from guardjit.bench import run
+        def unit(n):
+            m = torch.nn.Sequential(*[torch.nn.Linear(8, 8) for _ in range(n)])
+            with run.keep_units():
+                opt = guardjit.compile(m, backend="eager")
+                x = torch.randn(2, 8)
+                assert torch.equal(opt(x), m(x))
+                return plugin.units()[-1]
+        u = unit(12)
+        pid = os.fork()
+        if pid == 0:
+            v = unit(3)
+            ok = plugin.wait_for_tier_up(120) and tiering.level_of(v.check) == "O1"
+            os._exit(0 if ok else 3)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, status
+        assert plugin.wait_for_tier_up(120) and tiering.level_of(u.check) == "O1"
+        print("ok")
+    """)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip().endswith("ok")
