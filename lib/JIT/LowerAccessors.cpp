@@ -166,6 +166,59 @@ llvm::Value *Lowerer::emitMemoRead(ValueId Id, llvm::Value *Dict,
   return Result;
 }
 
+/// GetAttrGuardAccessor. On an exact module (`G['torch'].relu`, `F.linear`,
+/// `_global_forward_hooks`) the memo of its __dict__ read, the value
+/// INCREF'd inline (the result is a new reference on every path); on a
+/// miss gj_rt_module_getattr_fill; on any other object gj_rt_getattr.
+llvm::Value *Lowerer::emitGetAttr(ValueId Id, llvm::Value *Parent,
+                                  const std::string &Name) {
+  const guardjit::Value &V = S.value(Id);
+  BasicBlock *Module = BasicBlock::Create(Ctx, Name + ".module", F);
+  BasicBlock *Other = BasicBlock::Create(Ctx, Name + ".other", F);
+  BasicBlock *Join = BasicBlock::Create(Ctx, Name + ".read", F);
+  B.CreateCondBr(B.CreateICmpEQ(loadType(Parent, Name + ".type"),
+                                pointer(&PyModule_Type), Name + ".is_module"),
+                 Module, Other, Likely);
+
+  B.SetInsertPoint(Module);
+  Constant *Slot = valueMemo(Id);
+  llvm::Value *Dict =
+      loadField(Parent, abi::ModuleDictOffset, PtrTy, Name + ".md_dict");
+  // An empty slot holds NULL: a NULL md_dict must not reach the memo test.
+  BasicBlock *HasDict = BasicBlock::Create(Ctx, Name + ".has_dict", F);
+  B.CreateCondBr(B.CreateIsNull(Dict, Name + ".no_dict"), Other, HasDict);
+  B.SetInsertPoint(HasDict);
+  auto [Hit, Miss] = emitMemoTest(Slot, Dict, Name);
+  B.SetInsertPoint(Hit);
+  llvm::Value *Cached =
+      loadField(Slot, offsetof(DictReadCache, Value), PtrTy, Name + ".mval");
+  llvm::Value *RefCnt = loadField(Cached, 0, I64, Name + ".refcnt");
+  B.CreateAlignedStore(B.CreateAdd(RefCnt, ConstantInt::get(I64, 1)), Cached,
+                       Align(abi::PointerSize));
+  B.CreateBr(Join);
+
+  B.SetInsertPoint(Miss);
+  llvm::Value *Filled = B.CreateCall(
+      helper("gj_rt_module_getattr_fill", PtrTy, {PtrTy, PtrTy, PtrTy}),
+      {Parent, object(V.Key), Slot}, Name + ".fill");
+  BasicBlock *MissEnd = B.GetInsertBlock();
+  B.CreateBr(Join);
+
+  B.SetInsertPoint(Other);
+  llvm::Value *Read = B.CreateCall(
+      helper("gj_rt_getattr", PtrTy, {PtrTy, PtrTy}), {Parent, object(V.Key)},
+      Name + ".call");
+  BasicBlock *OtherEnd = B.GetInsertBlock();
+  B.CreateBr(Join);
+
+  B.SetInsertPoint(Join);
+  PHINode *Result = B.CreatePHI(PtrTy, 3, Name);
+  Result->addIncoming(Cached, Hit);
+  Result->addIncoming(Filled, MissEnd);
+  Result->addIncoming(Read, OtherEnd);
+  return Result;
+}
+
 void Lowerer::emitValue(ValueId Id, LoweringStats &Stats) {
   const guardjit::Value &V = S.value(Id);
   if (V.Kind == AccessorKind::Globals) {
@@ -213,8 +266,7 @@ void Lowerer::emitValue(ValueId Id, LoweringStats &Stats) {
     Result = emitGenericDict(Parent, Name);
     break;
   case AccessorKind::GetAttr:
-    Result = B.CreateCall(helper("gj_rt_getattr", PtrTy, {PtrTy, PtrTy}),
-                          {Parent, object(V.Key)}, Name);
+    Result = emitGetAttr(Id, Parent, Name);
     break;
   case AccessorKind::GenericGetAttr:
     Result =

@@ -60,10 +60,29 @@ llvm::Value *Lowerer::emitLeafGuard(size_t Index, LoweringStats &Stats) {
     B.SetInsertPoint(Done);
     return nullptr;
   }
-  case GuardKind::LengthCheck:
-    Ok = Call("gj_rt_length_check", {PtrTy, I64},
-              {V, ConstantInt::get(I64, G.Int)});
-    break;
+  case GuardKind::LengthCheck: {
+    // PySequence_Length of an exact tuple or list is its ob_size (their
+    // sq_length); a subclass may define __len__, so it takes the helper.
+    BasicBlock *Seq = BasicBlock::Create(Ctx, P + ".seq", F);
+    BasicBlock *Slow = BasicBlock::Create(Ctx, P + ".call", F);
+    BasicBlock *Done = BasicBlock::Create(Ctx, P + ".done", F);
+    llvm::Value *Ty = loadType(V, P + ".type");
+    B.CreateCondBr(
+        B.CreateOr(B.CreateICmpEQ(Ty, pointer(&PyTuple_Type)),
+                   B.CreateICmpEQ(Ty, pointer(&PyList_Type)), P + ".exact"),
+        Seq, Slow, Likely);
+    B.SetInsertPoint(Seq);
+    llvm::Value *Size =
+        loadField(V, abi::VarObjectSizeOffset, I64, P + ".size");
+    B.CreateCondBr(B.CreateICmpEQ(Size, ConstantInt::get(I64, G.Int)), Done,
+                   FailTarget, Likely);
+    B.SetInsertPoint(Slow);
+    llvm::Value *Equal = Call("gj_rt_length_check", {PtrTy, I64},
+                              {V, ConstantInt::get(I64, G.Int)});
+    B.CreateCondBr(Equal, Done, FailTarget, Likely);
+    B.SetInsertPoint(Done);
+    return nullptr;
+  }
   case GuardKind::DictLength:
     Ok = Call("gj_rt_dict_length", {PtrTy, I64},
               {V, ConstantInt::get(I64, G.Int)});

@@ -121,6 +121,8 @@ private:
   llvm::Value *loadPreHeader(llvm::Value *Obj, int64_t Offset,
                              const llvm::Twine &Name);
   llvm::Value *emitGenericDict(llvm::Value *Obj, const std::string &Name);
+  llvm::Value *emitGetAttr(ValueId Id, llvm::Value *Parent,
+                           const std::string &Name);
   void emitValue(ValueId Id, LoweringStats &Stats);
   void emitInlineSequenceItem(ValueId Id, bool IsTuple);
   std::pair<llvm::BasicBlock *, llvm::BasicBlock *>

@@ -146,6 +146,9 @@ Constant *Lowerer::pointer(const void *Address) {
         {Py_True, "_Py_TrueStruct"},
         {Py_False, "_Py_FalseStruct"},
         {&PyDict_Type, "PyDict_Type"},
+        {&PyModule_Type, "PyModule_Type"},
+        {&PyTuple_Type, "PyTuple_Type"},
+        {&PyList_Type, "PyList_Type"},
     };
     for (const auto &[Addr, Name] : Statics)
       if (Addr == Address)
@@ -315,6 +318,7 @@ ArrayRef<RuntimeSymbol> runtimeSymbols() {
       GJ_SYM(gj_rt_dict_get_item_fill),
       GJ_SYM(gj_rt_generic_dict),
       GJ_SYM(gj_rt_getattr),
+      GJ_SYM(gj_rt_module_getattr_fill),
       GJ_SYM(gj_rt_generic_getattr),
       GJ_SYM(gj_rt_code),
       GJ_SYM(gj_rt_type),

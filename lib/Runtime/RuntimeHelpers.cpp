@@ -28,7 +28,8 @@ using namespace guardjit;
 
 bool guardjit::accessorUsesDictCache(AccessorKind K) {
   return K == AccessorKind::FrameLocal || K == AccessorKind::DictGetItem ||
-         K == AccessorKind::DictKey || K == AccessorKind::DictValue;
+         K == AccessorKind::DictKey || K == AccessorKind::DictValue ||
+         K == AccessorKind::GetAttr;
 }
 
 bool guardjit::guardNeedsLocalState(GuardKind K) {
@@ -158,6 +159,31 @@ extern "C" PyObject *gj_rt_getattr(PyObject *Obj, PyObject *Name) {
   if (!X)
     PyErr_Clear();
   return X;
+}
+
+extern "C" PyObject *gj_rt_module_getattr_fill(PyObject *Module,
+                                               PyObject *Name,
+                                               DictReadCache *Cache) {
+  // module_getattro is _PyObject_GenericGetAttrWithDict, then the module's
+  // __getattr__ (only when that raised AttributeError): a data descriptor
+  // of the module type wins over md_dict, and md_dict over anything else.
+  // PyModule_Type and object are static, immutable types, so the lookup
+  // below gives the same answer for as long as the process lives.
+  PyObject *Dict = PyModule_GetDict(Module); // borrowed, never NULL
+  if (Py_TYPE(Module) == &PyModule_Type && Dict &&
+      Py_TYPE(Dict) == &PyDict_Type && PyUnicode_CheckExact(Name)) {
+    PyObject *Descr = _PyType_Lookup(&PyModule_Type, Name);
+    if (!Descr || !Py_TYPE(Descr)->tp_descr_set) {
+      auto *D = reinterpret_cast<PyDictObject *>(Dict);
+      uint64_t Tag = D->ma_version_tag;
+      if (PyObject *X = PyDict_GetItem(Dict, Name)) {
+        if (pureStrProbe(D, Tag))
+          fillMemo(Cache, Dict, Tag, X);
+        return Py_NewRef(X);
+      }
+    }
+  }
+  return gj_rt_getattr(Module, Name);
 }
 
 extern "C" PyObject *gj_rt_generic_getattr(PyObject *Obj, PyObject *Name) {

@@ -67,6 +67,11 @@ static_assert(ManagedDictFlag == (1ULL << 4));
 constexpr int64_t ManagedDictOffset = -3 * int64_t(PointerSize);
 constexpr int64_t ManagedValuesOffset = -4 * int64_t(PointerSize);
 
+/// Module objects (`PyModuleObject`, internal in 3.11): `md_dict` follows the
+/// header and is the module's `tp_dictoffset`; checked on live objects by
+/// tests/unit/Runtime.
+constexpr size_t ModuleDictOffset = 16;
+
 /// tuple_iterator objects (`_PyTupleIterObject`, private to
 /// Objects/tupleobject.c in 3.11; torch's guards.cpp copies the same struct).
 /// `it_seq` is NULL once the iterator is exhausted. Checked on live objects

@@ -82,6 +82,13 @@ PyObject *gj_rt_dict_get_item_fill(PyObject *Dict, PyObject *Key,
                                    guardjit::DictReadCache *Cache);
 PyObject *gj_rt_generic_dict(PyObject *Obj);
 PyObject *gj_rt_getattr(PyObject *Obj, PyObject *Name);         // NEW
+/// gj_rt_getattr for an exact module (`Module`'s type is PyModule_Type): the
+/// attribute from the module's __dict__ when no data descriptor of the
+/// module type shadows it -- what module_getattro returns then -- filling
+/// `Cache` (the md_dict, its tag, the borrowed value) after a pure probe.
+/// Anything else is gj_rt_getattr's answer. A new reference or NULL.
+PyObject *gj_rt_module_getattr_fill(PyObject *Module, PyObject *Name,
+                                    guardjit::DictReadCache *Cache); // NEW
 PyObject *gj_rt_generic_getattr(PyObject *Obj, PyObject *Name); // NEW
 PyObject *gj_rt_code(PyObject *Fn);
 PyObject *gj_rt_type(PyObject *Obj);

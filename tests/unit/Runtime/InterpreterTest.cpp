@@ -336,6 +336,54 @@ TEST_F(InterpreterTest, ManagedDictPreHeaderOffsets) {
                                           guardjit::abi::DictVersionTagOffset));
 }
 
+TEST_F(InterpreterTest, ModuleDictOffset) {
+  exec("import types\nm = types.ModuleType('m')\nm.a = 1");
+  Ref M(eval("m"));
+  EXPECT_EQ(PyModule_Type.tp_dictoffset,
+            static_cast<Py_ssize_t>(guardjit::abi::ModuleDictOffset));
+  EXPECT_EQ(*reinterpret_cast<PyObject **>(reinterpret_cast<char *>(M.get()) +
+                                           guardjit::abi::ModuleDictOffset),
+            PyModule_GetDict(M.get()));
+}
+
+TEST_F(InterpreterTest, ModuleGetAttrFill) {
+  // The JIT's module fast path: md_dict's value after a pure probe, with the
+  // memo filled; a data descriptor of the module type (__dict__), a name
+  // only the module's __getattr__ provides, and a module subclass take
+  // gj_rt_getattr's answer and fill nothing.
+  exec("import types\nm = types.ModuleType('m')\nm.a = 1\n"
+       "m.__getattr__ = lambda n: 'lazy:' + n\n"
+       "class Sub(types.ModuleType):\n    @property\n    def a(self): return 2\n"
+       "s = Sub('s')\ns.__dict__['a'] = 1");
+  Ref M(eval("m")), S(eval("s"));
+  // A new reference, for the caller's Ref.
+  auto fill = [&](PyObject *Mod, const char *N, DictReadCache &C) {
+    Ref Name(PyUnicode_InternFromString(N));
+    return gj_rt_module_getattr_fill(Mod, Name.get(), &C);
+  };
+  DictReadCache A;
+  Ref One(fill(M.get(), "a", A));
+  ASSERT_TRUE(One.get());
+  EXPECT_EQ(PyLong_AsLong(One.get()), 1);
+  EXPECT_EQ(A.Dict, PyModule_GetDict(M.get()));
+  EXPECT_EQ(A.Value, One.get());
+  DictReadCache D;
+  Ref Dict(fill(M.get(), "__dict__", D));
+  EXPECT_EQ(Dict.get(), PyModule_GetDict(M.get()));
+  EXPECT_EQ(D.Dict, nullptr);
+  DictReadCache L;
+  Ref Lazy(fill(M.get(), "zz", L));
+  ASSERT_TRUE(Lazy.get());
+  EXPECT_STREQ(PyUnicode_AsUTF8(Lazy.get()), "lazy:zz");
+  EXPECT_EQ(L.Dict, nullptr);
+  DictReadCache P;
+  Ref Two(fill(S.get(), "a", P));
+  ASSERT_TRUE(Two.get());
+  EXPECT_EQ(PyLong_AsLong(Two.get()), 2) << "the subclass's property wins";
+  EXPECT_EQ(P.Dict, nullptr);
+  EXPECT_FALSE(PyErr_Occurred());
+}
+
 TEST_F(InterpreterTest, DictMemoHelpers) {
   // gj_rt_dict_get_item_cached is the helper form of the JIT's inline memo
   // (the interpreter itself stays uncached, as the reference).
