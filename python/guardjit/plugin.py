@@ -43,19 +43,15 @@ import torch._dynamo.guards as dynamo_guards
 from torch._C._dynamo.guards import RootGuardManager
 from torch._guards import CompileContext
 
-from guardjit import _core, pyattr, recorder, stance
+from guardjit import _core, _logging, pyattr, recorder, stance
 
 _PYTHON_GUARDS = ("LAMBDA_GUARD", "LAMBDA_GUARD (epilogue)")
 
-# GUARDJIT_LOGS=info|debug prints each conversion (debug) and each compile
-# unit left on Dynamo's path with its reason (info), like TORCH_LOGS.
+# GUARDJIT_LOGS (_logging.py) sets this logger and the C++ one alike:
+# debug prints each conversion, info each unit left on Dynamo's path with its
+# reason, warning (the default) anything unexpected.
 log = logging.getLogger("guardjit")
-if os.environ.get("GUARDJIT_LOGS"):
-    _handler = logging.StreamHandler()
-    _handler.setFormatter(logging.Formatter("[guardjit] %(message)s"))
-    log.addHandler(_handler)
-    log.setLevel(os.environ["GUARDJIT_LOGS"].upper()
-                 if os.environ["GUARDJIT_LOGS"].upper() in ("DEBUG", "INFO", "WARNING") else "INFO")
+_logging.configure()
 
 
 @dataclasses.dataclass
@@ -187,11 +183,14 @@ def _is_active() -> bool:
 
 
 def _fallback(name: str, guards: int, reason: str, code: Any = None,
-              unexpected: bool = False) -> None:
+              unexpected: bool = False, concerns: str = "") -> None:
     # A gap guardjit documents (an unsupported accessor) is info; anything
-    # else (an error, a disagreement with Dynamo) is a bug worth a warning.
+    # else (an error, a disagreement with Dynamo) is a bug worth a warning,
+    # naming the guard set (the compile id) and the guard it concerns.
     log.log(logging.WARNING if unexpected else logging.INFO,
-            "compile unit %s (%d guards) stays on Dynamo's path: %s", name, guards, reason)
+            "compile unit %s (%d guards%s) stays on Dynamo's path: %s%s", name, guards,
+            f", code {code.co_name} at {code.co_filename}:{code.co_firstlineno}"
+            if code is not None else "", reason, f"; concerns {concerns}" if concerns else "")
     _counters["units_dynamo"] += 1
     _counters["guards_total"] += guards
     _reasons[reason] += 1
@@ -238,7 +237,8 @@ def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
         return _fallback(compile_id, total, f"bind: {e}", code, unexpected=True)
     if not bound.interpret(f_locals):
         return _fallback(compile_id, total,
-                         "interpreter disagrees with Dynamo on the compile-time frame locals", code, unexpected=True)
+                         "interpreter disagrees with Dynamo on the compile-time frame locals", code,
+                         unexpected=True, concerns=_explain(bound, f_locals))
     native = None
     compile_ms = 0.0
     if config.mode == "native":
@@ -251,7 +251,9 @@ def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
     check = _core.make_guard(bound, native)
     if not check(f_locals):
         return _fallback(compile_id, total,
-                         "native check disagrees with Dynamo on the compile-time frame locals", code, unexpected=True)
+                         "native check disagrees with Dynamo on the compile-time frame locals", code,
+                         unexpected=True,
+                         concerns="one of its guards (the interpreter passes: a JIT bug)")
 
     # Guards guardjit calls as Python: its own lambda guards (a SHAPE_ENV
     # lambda whose parts all became shape_expr guards is not one).
@@ -307,6 +309,13 @@ def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
             dynamo_root=root, native_root=new_root, code=code,
             f_locals=f_locals if config.keep_frame_locals else None,
             recorded_ir=recorded, pipeline_stats=pipeline_stats))
+
+
+def _explain(bound: Any, f_locals: dict) -> str:
+    try:
+        return bound.explain(f_locals) or "no guard (it passes when run again)"
+    except Exception as e:  # diagnostics only
+        return f"an unknown guard ({e!r})"
 
 
 def _per_pass(result: dict) -> list[dict]:
