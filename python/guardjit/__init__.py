@@ -120,7 +120,10 @@ def stats() -> dict[str, Any]:
     ``diffset_opaque`` (entries checked by their full root, per update),
     ``diffset_inexact`` (units whose set is the pass's greedy answer),
     ``diffset_roots_built`` / ``diffset_roots_reused``, ``diffset_errors``
-    and ``diffset_us``. Empty when guardjit cannot run here.
+    and ``diffset_us``. ``units_not_offered`` and ``not_offered`` (one
+    ``{unit, code, reason}`` per unit Dynamo built while guardjit was active
+    without offering it: export, ``skip_guards_check``; not in
+    ``units_seen``). Empty when guardjit cannot run here.
     """
     if _compat.problems():
         return {}

@@ -368,17 +368,19 @@ def _offer(wrapper: Any, output_graph: Any, code: Any) -> None:
         if _installed and _is_active():
             _note_not_offered(code, not_offered)
         f_locals = None
-    elif not _installed or not _is_active() or isinstance(wrapper, GuardJitManagerWrapper):
-        recorder.reset()
     else:
         dynamo_root = wrapper.root
-        try:
-            with _lock:
-                _convert(wrapper, f_locals, code)
-        except Exception as e:  # never break a model that works with torch.compile
+        if not _installed or not _is_active() or isinstance(wrapper, GuardJitManagerWrapper):
             recorder.reset()
-            _fallback(str(CompileContext.current_compile_id()), 0, f"internal error: {e!r}",
-                      unexpected=True)
+        else:
+            try:
+                with _lock:
+                    _convert(wrapper, f_locals, code)
+            except Exception as e:  # never break a model that works with torch.compile
+                recorder.reset()
+                _fallback(str(CompileContext.current_compile_id()), 0,
+                          f"internal error: {e!r}", unexpected=True)
+        # Every checked unit, converted or not (the bench's torch sides too).
         for observe in list(_observers):
             observe(dynamo_root, wrapper.root, f_locals, code)
     # Also when this unit stays on Dynamo's path or guardjit is not active
@@ -494,7 +496,8 @@ def uninstall_hooks() -> None:
 @contextlib.contextmanager
 def observe_units(callback: Any):
     """Calls ``callback(dynamo_root, final_root, f_locals, code)`` for every
-    unit offered to guardjit inside the context (the bench): Dynamo's root,
+    unit Dynamo checks inside the context, whether guardjit is active for it
+    or not (the bench captures its torch sides too): Dynamo's root,
     the root its cache entry will run (guardjit's, or Dynamo's when the unit
     stays on Dynamo's path), the compile-time frame locals (a dict) and the
     code object. Called with the GIL held, during Dynamo's compile."""

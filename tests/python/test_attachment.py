@@ -186,6 +186,13 @@ def test_bench_captures_units_despite_another_hook(testing_hook):
     assert manager.root is c.final_root
 
 
+def test_bench_captures_plain_torch_units_too():
+    with bench_run.capture_units() as got:
+        torch.compile(Small(), backend="eager")(_x())  # guardjit not active
+    assert len(got) == 1
+    assert got[0].dynamo_root is got[0].final_root  # left as Dynamo built it
+
+
 def test_uninstall_restores_init_when_no_unit_is_alive(monkeypatch):
     cfm = dynamo_guards.CheckFunctionManager
     assert guardjit.install()

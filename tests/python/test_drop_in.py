@@ -287,3 +287,40 @@ def test_compiled_child_inside_a_fullgraph_compile(name):
     inner = compile_fn(fn, backend="eager")
     outer = compile_fn(lambda x: inner(x) - 1, backend="eager", fullgraph=True)
     assert torch.equal(outer(_x()), fn(_x()) - 1)
+
+
+@pytest.mark.parametrize("name", COMPILERS)
+def test_saved_module_loads_in_a_fresh_process(name, tmp_path):
+    # The file is all the loading process has: it imports guardjit only
+    # because the pickle names it (guardjit.models' class, and guardjit's
+    # context), and guardjit converts the loaded module's units there;
+    # torch's file loads as plain torch (no unit converted).
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    from guardjit import models
+
+    _side(name)
+    case = models.two_input_mlp()
+    args = case.make_input()
+    opt = COMPILERS[name](case.model, backend="eager")
+    want = opt(*args)
+    torch.save({"model": opt, "args": args, "want": want}, tmp_path / "m.pt")
+    script = textwrap.dedent(f"""
+        import sys, torch
+        saved = torch.load({str(tmp_path / "m.pt")!r}, weights_only=False)
+        out = saved["model"](*saved["args"])
+        assert torch.equal(out, saved["want"])
+        gj = sys.modules.get("guardjit")
+        print(type(saved["model"]).__name__, type(saved["model"].dynamo_ctx).__name__,
+              gj.stats()["units_native"] if gj else None)
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GUARDJIT")}
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                       text=True, timeout=300, cwd="/")
+    assert r.returncode == 0, r.stderr
+    ctx = "GuardJitOptimizeContext" if name == "guardjit" else "OptimizeContext"
+    units = "1" if name == "guardjit" else "0"
+    assert r.stdout.split() == ["OptimizedModule", ctx, units]
