@@ -5,10 +5,12 @@ environment variable GUARDJIT is "1". It imports nothing but ``sys`` (which
 ``site`` has loaded already) and adds one ``sys.meta_path`` finder, so a
 process that never imports ``torch._dynamo`` (``python -c 'print(1)'``, or a
 helper process that imports neither torch nor Dynamo) never loads torch or
-guardjit. When ``torch._dynamo`` has finished executing (and ``torch`` too:
-``import torch`` alone does not import Dynamo in torch 2.13, but a torch that
-did would be handled when its own import ends), the finder removes itself and
-calls ``guardjit._autoload.activate()``, which runs ``guardjit.install()``.
+guardjit. When ``torch._dynamo`` has finished executing, and neither torch
+nor a guardjit module is still half-imported (``import torch`` alone does not
+import Dynamo in torch 2.13; ``from guardjit import plugin`` does, from inside
+guardjit), the finder removes itself and calls
+``guardjit._autoload.activate()``, which runs ``guardjit.install()``; else the
+end of the next such import retries.
 
 The wrapped loader is transient: the module's ``__loader__`` and
 ``__spec__.loader`` are the original loader again once it has executed.
@@ -20,8 +22,14 @@ anything inside the ``guardjit`` package imports torch.
 
 import sys
 
-_TRIGGERS = ("torch", "torch._dynamo")
 _done = False
+
+
+def _watched(name):
+    # torch and Dynamo (the trigger), and guardjit's own modules: a guardjit
+    # module that imports Dynamo (``from guardjit import plugin`` first)
+    # must finish before guardjit.install() can import it.
+    return name in ("torch", "torch._dynamo", "guardjit") or name.startswith("guardjit.")
 
 
 class _Loader:
@@ -50,10 +58,10 @@ class _Loader:
 
 
 class _Finder:
-    """A sys.meta_path finder that only wraps the loaders of _TRIGGERS."""
+    """A sys.meta_path finder that only wraps the loaders of _watched modules."""
 
     def find_spec(self, name, path=None, target=None):
-        if name not in _TRIGGERS or _done:
+        if _done or not _watched(name):
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -71,14 +79,25 @@ class _Finder:
 _finder = _Finder()
 
 
+def _busy(just_loaded):
+    """Whether torch or a guardjit module is still executing (other than the
+    one whose loader just returned, which importlib still marks)."""
+    for name in [n for n in sys.modules if n == "torch" or _watched(n) and n != "torch._dynamo"]:
+        spec = getattr(sys.modules.get(name), "__spec__", None)
+        if name != just_loaded and getattr(spec, "_initializing", False):
+            return True
+    return False
+
+
 def _activate_if_ready(just_loaded, module):
+    """Called after each watched module has executed: installs guardjit once
+    Dynamo is loaded and nothing it needs is half-imported (else a later
+    watched module's end retries)."""
     global _done
     torch = sys.modules.get("torch")
-    if _done or torch is None or "torch._dynamo" not in sys.modules:
+    if _done or torch is None or "torch._dynamo" not in sys.modules or _busy(just_loaded):
         return
     if just_loaded == "torch._dynamo":
-        if getattr(getattr(torch, "__spec__", None), "_initializing", False):
-            return  # torch's own import imports Dynamo: wait until it ends
         # importlib binds torch._dynamo only after this returns; guardjit
         # reads it as an attribute.
         setattr(torch, "_dynamo", module)

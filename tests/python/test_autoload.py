@@ -107,6 +107,23 @@ def test_torch_compile_alone_activates_it():
     assert r.stdout.split() == ["[3.0,", "3.0,", "3.0]", "1"]
 
 
+def test_guardjit_module_importing_dynamo_first_waits_for_itself():
+    # plugin imports Dynamo from inside its own import: guardjit is installed
+    # when plugin has finished, not while it is half-imported.
+    r = _hermetic("""
+        from guardjit import plugin
+        print("route_all:", plugin.config.route_all)
+        import torch, guardjit
+        from guardjit import models
+        case = models.two_input_mlp()
+        torch.compile(case.model, backend="eager")(*case.make_input())
+        print("units:", guardjit.stats()["units_native"])
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["route_all: True", "units: 1"]
+    assert r.stderr == ""
+
+
 def test_unimportable_guardjit_is_one_line_and_torch_still_works(tmp_path):
     # A site directory with the .pth and the hook but a guardjit that cannot
     # be imported (as in a venv where another guardjit's .pth is processed).
