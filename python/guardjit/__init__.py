@@ -69,7 +69,7 @@ def compile(model: Any = None, **kwargs: Any) -> Any:
     if model is None:
         return functools.partial(compile, **kwargs)
     compiled = torch.compile(model, **kwargs)
-    if not enabled():
+    if compiled is model or not enabled():  # e.g. disable=True: model itself
         return compiled
     from guardjit import _compiled, plugin
 
@@ -78,8 +78,7 @@ def compile(model: Any = None, **kwargs: Any) -> Any:
         # Still torch's OptimizedModule (pickles, saves, deep-copies and nests
         # as torch's does); its dynamo_ctx marks the calls (_compiled.py).
         return _compiled.mark_module(compiled)
-    run = _compiled.mark(compiled)
-    return run
+    return _compiled.mark(compiled)
 
 
 def __getattr__(name: str) -> Any:

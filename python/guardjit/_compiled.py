@@ -98,10 +98,7 @@ def mark_module(compiled: Any) -> Any:
     """Marks the OptimizedModule torch.compile returned, in place."""
     ctx = getattr(compiled, "dynamo_ctx", None)
     if not isinstance(ctx, OptimizeContext):
-        # Not torch 2.13's OptimizedModule (e.g. a disabled context): the
-        # calls are marked on the module itself.
-        compiled.forward = mark(compiled.forward)
-        return compiled
+        return compiled  # not an OptimizedModule torch.compile made: as is
     if not getattr(type(ctx), "_guardjit", False):
         ctx.__class__ = _context_class(type(ctx))
     compiled._initialize()  # forward = dynamo_ctx(module.__call__), marked now

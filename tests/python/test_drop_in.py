@@ -324,3 +324,12 @@ def test_saved_module_loads_in_a_fresh_process(name, tmp_path):
     ctx = "GuardJitOptimizeContext" if name == "guardjit" else "OptimizeContext"
     units = "1" if name == "guardjit" else "0"
     assert r.stdout.split() == ["OptimizedModule", ctx, units]
+
+
+@pytest.mark.parametrize("name", COMPILERS)
+def test_disable_returns_the_model_itself(name):
+    model = _net()
+    forward = model.forward
+    assert COMPILERS[name](model, disable=True) is model
+    assert COMPILERS[name](fn, disable=True) is fn
+    assert model.forward == forward and "forward" not in model.__dict__
