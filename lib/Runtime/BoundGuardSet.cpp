@@ -17,15 +17,7 @@
 
 using namespace guardjit;
 
-namespace {
-
-bool isTorchGuard(GuardKind K) {
-  return K == GuardKind::TensorMatch || K == GuardKind::GlobalState ||
-         K == GuardKind::TorchFunctionModeStack;
-}
-
-/// "guard #3 (TENSOR_MATCH on L['x'])", for error messages.
-std::string describeGuard(const GuardSet &S, size_t Index) {
+std::string guardjit::describeGuard(const GuardSet &S, size_t Index) {
   const Guard &G = S.guards()[Index];
   std::string Source = G.Attrs.Source;
   if (Source.empty() && !G.Operands.empty() &&
@@ -38,13 +30,20 @@ std::string describeGuard(const GuardSet &S, size_t Index) {
   return D + ")";
 }
 
-std::string describeValue(const GuardSet &S, ValueId Id) {
+std::string guardjit::describeValue(const GuardSet &S, ValueId Id) {
   const Value &V = S.value(Id);
   std::string D = "value #" + std::to_string(Id) + " (" +
                   std::string(spelling(V.Kind));
   if (!V.Source.empty())
     D += " " + V.Source;
   return D + ")";
+}
+
+namespace {
+
+bool isTorchGuard(GuardKind K) {
+  return K == GuardKind::TensorMatch || K == GuardKind::GlobalState ||
+         K == GuardKind::TorchFunctionModeStack;
 }
 
 /// Names a user of object `Id` so an unbound entry can be traced to a source.

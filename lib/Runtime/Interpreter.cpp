@@ -184,7 +184,21 @@ private:
 
 } // namespace
 
-bool guardjit::interpret(const BoundGuardSet &B, PyObject *FrameLocals) {
+namespace {
+
+/// Where evaluate() failed: a guard index, else a value id (-1: none).
+struct Failure {
+  int64_t Guard = -1;
+  int64_t Value = -1;
+};
+
+/// interpret()'s body; `Why` (null on the hot path) receives where it failed.
+bool evaluate(const BoundGuardSet &B, PyObject *FrameLocals, Failure *Why) {
+  auto failAt = [Why](int64_t Guard, int64_t Value) {
+    if (Why)
+      *Why = Failure{Guard, Value};
+    return false;
+  };
   const GuardSet &S = B.set();
   PyObject *const *Objs = B.objects();
   FrameScope Scope;
@@ -215,7 +229,7 @@ bool guardjit::interpret(const BoundGuardSet &B, PyObject *FrameLocals) {
     if (G.Operands.size() == 1) {
       V = E.get(G.Operands.front());
       if (!V)
-        return false;
+        return failAt(static_cast<int64_t>(I), -1);
     }
     bool Pass;
     switch (G.Kind) {
@@ -283,7 +297,7 @@ bool guardjit::interpret(const BoundGuardSet &B, PyObject *FrameLocals) {
       for (ValueId Op : G.Operands) {
         PyObject *X = E.get(Op);
         if (!X)
-          return false;
+          return failAt(static_cast<int64_t>(I), -1);
         F.Operands.push_back(X);
       }
       if (G.Kind == GuardKind::NoTensorAliasing)
@@ -333,14 +347,14 @@ bool guardjit::interpret(const BoundGuardSet &B, PyObject *FrameLocals) {
       break;
     }
     if (!Pass)
-      return false;
+      return failAt(static_cast<int64_t>(I), -1);
   }
 
   // Accessors with no guard of their own must still succeed.
   for (ValueId Id = 1, N = static_cast<ValueId>(S.values().size()); Id < N;
        ++Id)
     if (!E.get(Id))
-      return false;
+      return failAt(-1, Id);
 
   // Shape guards are Dynamo's SHAPE_ENV epilogue: after every other guard.
   if (HasShape)
@@ -354,11 +368,11 @@ bool guardjit::interpret(const BoundGuardSet &B, PyObject *FrameLocals) {
       case ShapeOutcome::Pass:
         break;
       case ShapeOutcome::Fail:
-        return false;
+        return failAt(&G - Guards.data(), -1);
       case ShapeOutcome::Unknown:
         // int64 / double cannot decide: Python does, or the guard fails.
         if (G.Object == InvalidId || !gj_rt_lambda(Objs[G.Object], FrameLocals))
-          return false;
+          return failAt(&G - Guards.data(), -1);
         break;
       }
     }
@@ -367,6 +381,24 @@ bool guardjit::interpret(const BoundGuardSet &B, PyObject *FrameLocals) {
     for (const Guard &G : Guards)
       if (G.Kind == GuardKind::EpilogueLambda &&
           !gj_rt_lambda(Objs[G.Object], FrameLocals))
-        return false;
+        return failAt(&G - Guards.data(), -1);
   return true;
+}
+
+} // namespace
+
+bool guardjit::interpret(const BoundGuardSet &B, PyObject *FrameLocals) {
+  return evaluate(B, FrameLocals, nullptr);
+}
+
+std::string guardjit::explainFailure(const BoundGuardSet &B,
+                                     PyObject *FrameLocals) {
+  Failure Why;
+  if (evaluate(B, FrameLocals, &Why))
+    return "";
+  if (Why.Guard >= 0)
+    return describeGuard(B.set(), static_cast<size_t>(Why.Guard));
+  if (Why.Value >= 0)
+    return describeValue(B.set(), static_cast<ValueId>(Why.Value));
+  return "an unknown guard";
 }

@@ -58,41 +58,37 @@ def uninstall() -> None:
 def compile(model: Any = None, **kwargs: Any) -> Any:
     """``torch.compile(model, **kwargs)`` whose guards guardjit checks.
 
-    Takes exactly torch.compile's arguments. Compile units created while the
-    returned callable runs (the model's frames, including graph-break
-    continuations) are converted; every other torch.compile is untouched
-    unless :func:`install` was called.
+    Takes exactly torch.compile's arguments and returns what it returns: for
+    a module torch's ``OptimizedModule`` (same class, ``_orig_mod``,
+    ``state_dict``; it pickles, saves with ``torch.save`` and deep-copies,
+    and the copy is still guardjit's), for a function a wrapper of torch's.
+    Compile units created while the returned callable runs (the model's
+    frames, including graph-break continuations) are converted; every other
+    torch.compile is untouched unless :func:`install` was called.
     """
     if model is None:
         return functools.partial(compile, **kwargs)
     compiled = torch.compile(model, **kwargs)
-    if not enabled():
+    if compiled is model or not enabled():  # e.g. disable=True: model itself
         return compiled
-    from guardjit import plugin
+    from guardjit import _compiled, plugin
 
     plugin.install_hooks()
     if isinstance(compiled, torch.nn.Module):
-        compiled.__class__ = _guardjit_module_class(type(compiled))
-        return compiled
-
-    @functools.wraps(compiled)
-    def run(*args: Any, **kw: Any) -> Any:
-        with plugin.active():
-            return compiled(*args, **kw)
-
-    run._torchdynamo_orig_callable = model  # type: ignore[attr-defined]
-    return run
+        # Still torch's OptimizedModule (pickles, saves, deep-copies and nests
+        # as torch's does); its dynamo_ctx marks the calls (_compiled.py).
+        return _compiled.mark_module(compiled)
+    return _compiled.mark(compiled)
 
 
-@functools.lru_cache(maxsize=None)
-def _guardjit_module_class(base: type) -> type:
-    from guardjit import plugin
+def __getattr__(name: str) -> Any:
+    # Resolved on first use (pickle looks classes up by name): importing
+    # them imports torch._dynamo, which `import guardjit` must not do.
+    if name == "GuardJitOptimizeContext":
+        from guardjit._compiled import GuardJitOptimizeContext
 
-    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
-        with plugin.active():
-            return base.__call__(self, *args, **kwargs)
-
-    return type("GuardJit" + base.__name__, (base,), {"__call__": __call__})
+        return GuardJitOptimizeContext
+    raise AttributeError(f"module 'guardjit' has no attribute {name!r}")
 
 
 def stats() -> dict[str, Any]:
@@ -123,7 +119,10 @@ def stats() -> dict[str, Any]:
     ``diffset_opaque`` (entries checked by their full root, per update),
     ``diffset_inexact`` (units whose set is the pass's greedy answer),
     ``diffset_roots_built`` / ``diffset_roots_reused``, ``diffset_errors``
-    and ``diffset_us``. Empty when guardjit cannot run here.
+    and ``diffset_us``. ``units_not_offered`` and ``not_offered`` (one
+    ``{unit, code, reason}`` per unit Dynamo built while guardjit was active
+    without offering it: export, ``skip_guards_check``; not in
+    ``units_seen``). Empty when guardjit cannot run here.
     """
     if _compat.problems():
         return {}

@@ -3,10 +3,13 @@
 How a compile unit is converted (torch 2.13, no patch to torch):
 
 1. The recorder mirrors Dynamo's guard-building calls into Guard IR.
-2. ``CheckFunctionManager.__init__`` calls ``guard_manager_testing_hook_fn``
-   after the tree is built and finalized and Dynamo's own check has passed on
-   the compile-time frame locals, and before the cache entry is created (the
-   cache entry reads ``wrapper.root`` only when it is constructed).
+2. The plugin wraps ``CheckFunctionManager.__init__``. When it returns, the
+   tree is built and finalized, Dynamo's own check has passed on the
+   compile-time frame locals, and the cache entry does not exist yet (it
+   reads ``wrapper.root`` only when it is constructed, from the
+   ``GuardedCode`` the caller builds next). Units Dynamo builds without that
+   check (export, ``skip_guards_check``) are never offered: :func:`stats`
+   names them. ``guard_manager_testing_hook_fn`` stays free for other code.
 3. There the plugin binds the IR, compiles it with the LLVM JIT, verifies that
    the interpreter and the native code both pass on the same frame locals and
    that the IR has exactly the leaf guards of Dynamo's tree, then replaces
@@ -27,6 +30,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import threading
@@ -39,19 +43,15 @@ import torch._dynamo.guards as dynamo_guards
 from torch._C._dynamo.guards import RootGuardManager
 from torch._guards import CompileContext
 
-from guardjit import _core, pyattr, recorder, stance, tiering
+from guardjit import _core, _logging, pyattr, recorder, stance, tiering
 
 _PYTHON_GUARDS = ("LAMBDA_GUARD", "LAMBDA_GUARD (epilogue)")
 
-# GUARDJIT_LOGS=info|debug prints each conversion (debug) and each compile
-# unit left on Dynamo's path with its reason (info), like TORCH_LOGS.
+# GUARDJIT_LOGS (_logging.py) sets this logger and the C++ one alike:
+# debug prints each conversion, info each unit left on Dynamo's path with its
+# reason, warning (the default) anything unexpected.
 log = logging.getLogger("guardjit")
-if os.environ.get("GUARDJIT_LOGS"):
-    _handler = logging.StreamHandler()
-    _handler.setFormatter(logging.Formatter("[guardjit] %(message)s"))
-    log.addHandler(_handler)
-    log.setLevel(os.environ["GUARDJIT_LOGS"].upper()
-                 if os.environ["GUARDJIT_LOGS"].upper() in ("DEBUG", "INFO", "WARNING") else "INFO")
+_logging.configure()
 
 
 @dataclasses.dataclass
@@ -111,8 +111,10 @@ _units: list[Unit] = []
 _counters: collections.Counter = collections.Counter()
 _reasons: collections.Counter = collections.Counter()
 _pass_totals: collections.defaultdict = collections.defaultdict(collections.Counter)
-_previous_hook: Any = None
 _installed = False
+_observers: list = []  # observe_units callbacks
+# Units Dynamo built while guardjit was active but never offered to it.
+_not_offered: list[dict] = []
 # The wrappers of the converted units still alive (they die with their cache
 # entries, e.g. at torch._dynamo.reset()).
 _live_units: weakref.WeakSet = weakref.WeakSet()
@@ -185,8 +187,15 @@ def _is_active() -> bool:
     return config.route_all or getattr(_active, "depth", 0) > 0
 
 
-def _fallback(name: str, guards: int, reason: str, code: Any = None) -> None:
-    log.info("compile unit %s (%d guards) stays on Dynamo's path: %s", name, guards, reason)
+def _fallback(name: str, guards: int, reason: str, code: Any = None,
+              unexpected: bool = False, concerns: str = "") -> None:
+    # A gap guardjit documents (an unsupported accessor) is info; anything
+    # else (an error, a disagreement with Dynamo) is a bug worth a warning,
+    # naming the guard set (the compile id) and the guard it concerns.
+    log.log(logging.WARNING if unexpected else logging.INFO,
+            "compile unit %s (%d guards%s) stays on Dynamo's path: %s%s", name, guards,
+            f", code {code.co_name} at {code.co_filename}:{code.co_firstlineno}"
+            if code is not None else "", reason, f"; concerns {concerns}" if concerns else "")
     _counters["units_dynamo"] += 1
     _counters["guards_total"] += guards
     _reasons[reason] += 1
@@ -209,13 +218,13 @@ def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
         # empty set, which always passes, is exactly Dynamo's empty tree.
         rec = recorder.Recording(root=root, ir=_core.GuardSet("unit"))
     if rec is None:
-        return _fallback(compile_id, total, "guard tree was not recorded", code)
+        return _fallback(compile_id, total, "guard tree was not recorded", code, unexpected=True)
     if rec.unsupported:
         return _fallback(compile_id, total, rec.unsupported[0], code)
     if rec.recorded_kinds != tree:
         return _fallback(compile_id, total,
                          f"recorded guards {rec.recorded_kinds} differ from Dynamo's tree {tree}",
-                         code)
+                         code, unexpected=True)
     recorded = rec.ir
     recorded.name = compile_id
     ir, pipeline_stats = recorded, []
@@ -225,15 +234,16 @@ def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
         try:
             pipeline_stats = _per_pass(_core.run_pipeline(ir, config.pipeline))
         except Exception as e:
-            return _fallback(compile_id, total, f"pipeline: {e}", code)
+            return _fallback(compile_id, total, f"pipeline: {e}", code, unexpected=True)
         _count_pipeline(pipeline_stats)
     try:
         bound = _core.bind(ir)
     except Exception as e:
-        return _fallback(compile_id, total, f"bind: {e}", code)
+        return _fallback(compile_id, total, f"bind: {e}", code, unexpected=True)
     if not bound.interpret(f_locals):
         return _fallback(compile_id, total,
-                         "interpreter disagrees with Dynamo on the compile-time frame locals", code)
+                         "interpreter disagrees with Dynamo on the compile-time frame locals", code,
+                         unexpected=True, concerns=_explain(bound, f_locals))
     native = None
     compile_ms = 0.0
     if config.mode == "native":
@@ -241,12 +251,14 @@ def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
         try:
             native = _core.compile(bound, config.opt_level)
         except Exception as e:
-            return _fallback(compile_id, total, f"JIT: {e}", code)
+            return _fallback(compile_id, total, f"JIT: {e}", code, unexpected=True)
         compile_ms = (time.perf_counter() - start) * 1e3
     check = _core.make_guard(bound, native)
     if not check(f_locals):
         return _fallback(compile_id, total,
-                         "native check disagrees with Dynamo on the compile-time frame locals", code)
+                         "native check disagrees with Dynamo on the compile-time frame locals", code,
+                         unexpected=True,
+                         concerns="one of its guards (the interpreter passes: a JIT bug)")
 
     # Guards guardjit calls as Python: its own lambda guards (a SHAPE_ENV
     # lambda whose parts all became shape_expr guards is not one).
@@ -318,6 +330,13 @@ def wait_for_tier_up(timeout_s: float | None = None) -> bool:
     return tiering.wait(timeout_s)
 
 
+def _explain(bound: Any, f_locals: dict) -> str:
+    try:
+        return bound.explain(f_locals) or "no guard (it passes when run again)"
+    except Exception as e:  # diagnostics only
+        return f"an unknown guard ({e!r})"
+
+
 def _per_pass(result: dict) -> list[dict]:
     """_core.run_pipeline's result as one dict per pass: pass,
     guards_before/after, values_before/after, guards_removed {KIND: n}, us."""
@@ -355,22 +374,86 @@ def _is_empty(recorded: Any, root: Any) -> bool:
             and not root.get_accessors() and not root.get_epilogue_lambda_guards())
 
 
-def _hook(wrapper: Any, f_locals: Any, builder: Any) -> None:
-    if _previous_hook is not None:
-        _previous_hook(wrapper, f_locals, builder)
-    code = getattr(builder, "f_code", None)
-    if not _installed or not _is_active() or isinstance(wrapper, GuardJitManagerWrapper):
+def _offer(wrapper: Any, output_graph: Any, code: Any) -> None:
+    """Runs after ``CheckFunctionManager.__init__``: converts the unit when
+    guardjit is active for it, then updates the code's differentiating roots."""
+    f_locals = getattr(output_graph, "local_scope", None)
+    not_offered = _not_offered_reason(output_graph)
+    if not_offered:
+        # Dynamo built these guards without checking them on the frame
+        # locals (the hook torch calls is skipped too): nothing to verify a
+        # conversion against, so the unit keeps Dynamo's tree.
         recorder.reset()
+        if _installed and _is_active():
+            _note_not_offered(code, not_offered)
+        f_locals = None
     else:
-        try:
-            with _lock:
-                _convert(wrapper, f_locals, code)
-        except Exception as e:  # never break a model that works with torch.compile
+        dynamo_root = wrapper.root
+        if not _installed or not _is_active() or isinstance(wrapper, GuardJitManagerWrapper):
             recorder.reset()
-            _fallback(str(CompileContext.current_compile_id()), 0, f"internal error: {e!r}")
+        else:
+            try:
+                with _lock:
+                    _convert(wrapper, f_locals, code)
+            except Exception as e:  # never break a model that works with torch.compile
+                recorder.reset()
+                _fallback(str(CompileContext.current_compile_id()), 0,
+                          f"internal error: {e!r}", unexpected=True)
+        # Every checked unit, converted or not (the bench's torch sides too).
+        for observe in list(_observers):
+            observe(dynamo_root, wrapper.root, f_locals, code)
     # Also when this unit stays on Dynamo's path or guardjit is not active
     # for it: the code's guardjit units must then keep their guards against it.
     _update_stance(code, wrapper, f_locals)
+
+
+def _not_offered_reason(output_graph: Any) -> str:
+    # CheckFunctionManager.__init__ runs Dynamo's check (and the testing
+    # hook) only for `not skip_guards_check and not export`.
+    if getattr(output_graph, "export", False):
+        return "export: Dynamo builds the guards without checking them"
+    if getattr(output_graph, "skip_guards_check", False):
+        return "skip_guards_check: guards loaded or built without Dynamo's check"
+    return ""
+
+
+def _note_not_offered(code: Any, reason: str) -> None:
+    compile_id = CompileContext.current_compile_id()
+    name = str(compile_id) if compile_id is not None else "?"
+    where = getattr(code, "co_name", "?")
+    log.info("compile unit %s (%s) is never offered to guardjit: %s", name, where, reason)
+    _counters["units_not_offered"] += 1
+    _not_offered.append({"unit": name, "code": where, "reason": reason})
+
+
+def _wrap_init(original: Any) -> Any:
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        code = kwargs["f_code"] if "f_code" in kwargs else args[0]
+        output_graph = kwargs["output_graph"] if "output_graph" in kwargs else args[1]
+        try:
+            _offer(self.guard_manager, output_graph, code)
+        except Exception as e:  # never break a compile Dynamo got right
+            recorder.reset()
+            log.warning("guardjit: unit of %s left on Dynamo's path after an internal "
+                        "error: %r", getattr(code, "co_name", code), e)
+
+    __init__._guardjit_original = original  # type: ignore[attr-defined]
+    return __init__
+
+
+def _attached() -> bool:
+    """Whether guardjit's wrapper is in CheckFunctionManager.__init__'s chain
+    (others may wrap it in turn; functools.wraps keeps ``__wrapped__``)."""
+    fn = dynamo_guards.CheckFunctionManager.__init__
+    for _ in range(64):
+        if getattr(fn, "_guardjit_original", None) is not None:
+            return True
+        fn = getattr(fn, "__wrapped__", None)
+        if fn is None:
+            return False
+    return False
 
 
 def _update_stance(code: Any, wrapper: Any, f_locals: Any, rebuild: bool = False) -> None:
@@ -400,31 +483,49 @@ def refresh_stance(code: Any, rebuild: bool = False) -> None:
 
 
 def install_hooks() -> None:
-    """Installs the recorder and the conversion hook (idempotent)."""
-    global _previous_hook, _installed
+    """Installs the recorder and the conversion wrapper (idempotent). The
+    wrapper around ``CheckFunctionManager.__init__`` is installed again if
+    other code replaced ``__init__`` without keeping it in its chain."""
+    global _installed
+    if not _attached():
+        cfm = dynamo_guards.CheckFunctionManager
+        cfm.__init__ = _wrap_init(cfm.__init__)
     if _installed:
         return
     recorder.install()
-    if dynamo_guards.guard_manager_testing_hook_fn is not _hook:
-        _previous_hook = dynamo_guards.guard_manager_testing_hook_fn
-        dynamo_guards.guard_manager_testing_hook_fn = _hook
     pyattr.ensure_registered()
     _installed = True
 
 
 def uninstall_hooks() -> None:
-    """Stops recording and converting. The hook stays (it only updates the
+    """Stops recording and converting. The wrapper stays (it only updates the
     differentiating roots of codes that still have guardjit units, which must
     keep their guards against the units compiled from now on): it is removed
-    only if no GuardJitManagerWrapper is alive."""
-    global _installed, _previous_hook
+    only if no GuardJitManagerWrapper is alive and nothing wrapped it since."""
+    global _installed
     if not _installed:
         return
     recorder.uninstall()
     _installed = False
-    if dynamo_guards.guard_manager_testing_hook_fn is _hook and not _guardjit_units_alive():
-        dynamo_guards.guard_manager_testing_hook_fn = _previous_hook
-        _previous_hook = None
+    cfm = dynamo_guards.CheckFunctionManager
+    original = getattr(cfm.__init__, "_guardjit_original", None)
+    if original is not None and not _guardjit_units_alive():
+        cfm.__init__ = original
+
+
+@contextlib.contextmanager
+def observe_units(callback: Any):
+    """Calls ``callback(dynamo_root, final_root, f_locals, code)`` for every
+    unit Dynamo checks inside the context, whether guardjit is active for it
+    or not (the bench captures its torch sides too): Dynamo's root,
+    the root its cache entry will run (guardjit's, or Dynamo's when the unit
+    stays on Dynamo's path), the compile-time frame locals (a dict) and the
+    code object. Called with the GIL held, during Dynamo's compile."""
+    _observers.append(callback)
+    try:
+        yield
+    finally:
+        _observers.remove(callback)
 
 
 def _guardjit_units_alive() -> bool:
@@ -471,6 +572,10 @@ def stats() -> dict[str, Any]:
         "aliasing_parts_native": c.get("aliasing_parts_native", 0),
         "aliasing_parts_python": c.get("aliasing_parts_python", 0),
         "fallback_reasons": dict(_reasons),
+        # Units built while guardjit was active that Dynamo never offered to
+        # it (export, skip_guards_check): {unit, code, reason} each.
+        "units_not_offered": c.get("units_not_offered", 0),
+        "not_offered": [dict(u) for u in _not_offered],
         "pipeline": config.pipeline,
         "pipeline_sets": c.get("pipeline_sets", 0),
         "pipeline_guards_in": c.get("pipeline_guards_in", 0),

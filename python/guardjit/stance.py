@@ -264,7 +264,9 @@ def update(code: Any, new_wrapper: Any, *, policy: str, mode: str, opt_level: st
                 raise RuntimeError("the reduced check rejects the unit's compile-time locals")
         except Exception as e:
             counters["diffset_errors"] += 1
-            log.info("differentiating set of %s kept whole: %s", getattr(w, "guardjit_name", "?"), e)
+            # Unexpected (GUARDJIT_LOGS): slower under the stance, never wrong.
+            log.warning("differentiating set of compile unit %s (code %s) kept whole: %s",
+                        getattr(w, "guardjit_name", "?"), getattr(code, "co_name", code), e)
             plan.append((w, ("full", w.root, None, n_in, n_in)))
             continue
         counters["diffset_roots_built"] += 1

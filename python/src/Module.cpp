@@ -6,6 +6,7 @@
 // their message.
 //
 //===----------------------------------------------------------------------===//
+#include "Logging.h"
 #include "NativeGuard.h"
 #include "TierUp.h"
 #include "TensorFields.h"
@@ -27,6 +28,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstdio>
 #include <mutex>
 
 namespace py = pybind11;
@@ -348,16 +350,28 @@ PYBIND11_MODULE(_core, M) {
             return interpret(B, FrameLocals.ptr());
           },
           py::arg("f_locals"),
-          "Runs the reference interpreter over the frame locals dict.");
+          "Runs the reference interpreter over the frame locals dict.")
+      .def(
+          "explain",
+          [](const BoundGuardSet &B, py::dict FrameLocals) {
+            return explainFailure(B, FrameLocals.ptr());
+          },
+          py::arg("f_locals"),
+          "Where the interpreter fails on the frame locals: the first failing "
+          "guard (\"guard #3 (TENSOR_MATCH on L['x'])\"), or a value whose "
+          "read fails; \"\" when the set passes.");
 
   M.def(
       "bind",
       [](std::shared_ptr<GuardSet> S) {
         std::string Error;
         std::unique_ptr<BoundGuardSet> B = BoundGuardSet::bind(S, &Error);
-        if (!B)
+        if (!B) {
+          logMessage(LogLevel::Warning,
+                     "guard set " + S->name() + ": cannot bind: " + Error);
           throw py::value_error("guardjit: cannot bind guard set '" + S->name() +
                                 "': " + Error);
+        }
         return std::shared_ptr<BoundGuardSet>(std::move(B));
       },
       py::arg("guard_set"),
@@ -392,9 +406,24 @@ PYBIND11_MODULE(_core, M) {
           py::gil_scoped_release NoGil;
           return J.compile(*B);
         }();
-        if (!C)
-          throw std::runtime_error("guardjit: JIT compilation failed: " +
-                                   llvm::toString(C.takeError()));
+        if (!C) {
+          std::string Msg = llvm::toString(C.takeError());
+          logMessage(LogLevel::Warning, "guard set " + B->set().name() +
+                                            ": JIT compilation failed: " + Msg);
+          throw std::runtime_error("guardjit: JIT compilation failed: " + Msg);
+        }
+        if (logEnabled(LogLevel::Debug)) {
+          const CompileStats &St = (*C)->stats();
+          char Ms[64];
+          std::snprintf(Ms, sizeof(Ms), "%.2f ms lowering + %.2f ms LLVM",
+                        St.LowerMs, St.CompileMs);
+          logMessage(LogLevel::Debug,
+                     "guard set " + B->set().name() + ": " +
+                         std::to_string(St.NumGuards) + " guards compiled (" +
+                         std::to_string(St.NumInlined) + " inlined, " +
+                         std::to_string(St.NumHelpers) + " helper calls) in " +
+                         Ms);
+        }
         return std::shared_ptr<CompiledCheck>(std::move(*C));
       },
       py::arg("bound"), py::arg("opt_level") = "light",
@@ -597,6 +626,17 @@ PYBIND11_MODULE(_core, M) {
       "changed. Call with the recorder's objects alive and the GIL held. An "
       "unknown policy raises ValueError.");
 
+  M.def(
+      "set_log_level",
+      [](const std::string &Name) {
+        if (!setLogLevel(Name))
+          throw py::value_error("guardjit: unknown log level '" + Name +
+                                "' (debug, info, warning, error, critical, off)");
+      },
+      py::arg("level"),
+      "Sets the C++ (spdlog) logger's level; guardjit/_logging.py sets it "
+      "with the Python logger's from GUARDJIT_LOGS.");
+  M.def("log_level", &logLevel, "The C++ logger's level name.");
   M.def("set_in_mode_without_ignore_compile_internals",
         &setInModeWithoutIgnoreCompileInternals, py::arg("in_mode"),
         "Mirrors torch's thread-local of the same name for this thread.");

@@ -74,6 +74,13 @@ private:
   bool NeedsLocalState = false;
 };
 
+/// "guard #3 (TENSOR_MATCH on L['x'])": guard `Index` of `S` (in IR order),
+/// for diagnostics.
+std::string describeGuard(const GuardSet &S, size_t Index);
+
+/// "value #4 (getattr L['self'].w)": value `Id` of `S`, for diagnostics.
+std::string describeValue(const GuardSet &S, ValueId Id);
+
 } // namespace guardjit
 
 #endif // GUARDJIT_RUNTIME_BOUNDGUARDSET_H

@@ -22,6 +22,13 @@ using CheckFn = int (*)(PyObject *FrameLocals);
 /// Evaluates `Set` over `FrameLocals` (borrowed dict). GIL held.
 bool interpret(const BoundGuardSet &Set, PyObject *FrameLocals);
 
+/// Where an interpreted check failed: the first failing guard in IR order
+/// (`describeGuard`), or the value whose read failed with no guard of its own
+/// (`describeValue`). Empty when every guard passes. Same evaluation as
+/// `interpret` (diagnostics only: the plugin names the guard a disagreement
+/// with Dynamo concerns). GIL held; errors are cleared.
+std::string explainFailure(const BoundGuardSet &Set, PyObject *FrameLocals);
+
 } // namespace guardjit
 
 #endif // GUARDJIT_RUNTIME_INTERPRETER_H

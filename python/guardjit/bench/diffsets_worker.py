@@ -51,6 +51,8 @@ def _err(e: BaseException) -> str:
 
 def configuration() -> dict[str, Any]:
     """What this process runs: guardjit installed or not, and the policy it took."""
+    import torch._dynamo  # noqa: F401  (GUARDJIT=1 installs guardjit when Dynamo loads)
+
     out: dict[str, Any] = {"GUARDJIT": os.environ.get("GUARDJIT"),
                            "GUARDJIT_DIFFSET_POLICY": os.environ.get("GUARDJIT_DIFFSET_POLICY")}
     gj = sys.modules.get("guardjit.plugin")

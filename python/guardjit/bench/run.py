@@ -49,7 +49,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-import torch._dynamo.guards as dynamo_guards
 
 import guardjit
 from guardjit import _core, plugin, timing
@@ -149,24 +148,18 @@ def _wait_for_tier_up() -> dict[str, Any]:
 def capture_units() -> Iterator[list[Captured]]:
     """Keeps, per compile unit built inside, both roots and the frame locals.
 
-    The hook runs in front of guardjit's (which it calls), so it sees
-    Dynamo's root before guardjit replaces it, and the root afterwards.
+    guardjit reports every unit it is offered (``plugin.observe_units``) with
+    Dynamo's root and the root its cache entry runs; a hook another program
+    sets in ``guard_manager_testing_hook_fn`` changes nothing.
     """
     plugin.install_hooks()
-    prev = dynamo_guards.guard_manager_testing_hook_fn
     got: list[Captured] = []
 
-    def hook(wrapper: Any, f_locals: Any, builder: Any) -> None:
-        root = wrapper.root
-        if prev is not None:
-            prev(wrapper, f_locals, builder)
-        got.append(Captured(root, wrapper.root, f_locals, getattr(builder, "f_code", None)))
+    def seen(dynamo_root: Any, final_root: Any, f_locals: Any, code: Any) -> None:
+        got.append(Captured(dynamo_root, final_root, f_locals, code))
 
-    dynamo_guards.guard_manager_testing_hook_fn = hook
-    try:
+    with plugin.observe_units(seen):
         yield got
-    finally:
-        dynamo_guards.guard_manager_testing_hook_fn = prev
 
 
 @contextlib.contextmanager

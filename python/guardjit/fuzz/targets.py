@@ -134,21 +134,28 @@ def _option(option: str) -> tuple[dict, dict]:
 @contextlib.contextmanager
 def _capture() -> Any:
     """Per unit built inside: (Dynamo's root, installed root, f_locals,
-    scope without L, code); runs in front of guardjit's hook."""
+    scope without L, code). guardjit reports the roots
+    (plugin.observe_units); torch's testing hook, which runs inside
+    CheckFunctionManager.__init__ before the observer, gives the scope."""
     plugin.install_hooks()
     prev = dynamo_guards.guard_manager_testing_hook_fn
+    scopes: dict[int, list[dict]] = {}
     got: list[tuple] = []
 
     def hook(wrapper: Any, f_locals: Any, builder: Any) -> None:
-        root = wrapper.root
         if prev is not None:
             prev(wrapper, f_locals, builder)
         scope = {k: v for k, v in getattr(builder, "scope", {}).items() if k != "L"}
-        got.append((root, wrapper.root, f_locals, scope, getattr(builder, "f_code", None)))
+        scopes.setdefault(id(getattr(builder, "f_code", None)), []).append(scope)
+
+    def seen(dynamo_root: Any, final_root: Any, f_locals: Any, code: Any) -> None:
+        pending = scopes.get(id(code)) or [{}]
+        got.append((dynamo_root, final_root, f_locals, pending.pop(0), code))
 
     dynamo_guards.guard_manager_testing_hook_fn = hook
     try:
-        yield got
+        with plugin.observe_units(seen):
+            yield got
     finally:
         dynamo_guards.guard_manager_testing_hook_fn = prev
 

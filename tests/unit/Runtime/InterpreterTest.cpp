@@ -1284,3 +1284,26 @@ TEST_F(InterpreterTest, LambdaMayReenterTheInterpreter) {
 }
 
 } // namespace
+
+TEST_F(InterpreterTest, ExplainFailureNamesTheFirstFailingGuardOrRead) {
+  SetBuilder SB;
+  ValueId X = SB.local("x");
+  ValueId O = SB.local("o");
+  Ref Three(PyLong_FromLong(3));
+  SB.guard(GuardKind::EqualsMatch, {X}, SB.object(Three));
+  SB.guard(GuardKind::NoneMatch, {O});
+  SB.attr(SB.local("p"), "a"); // a read with no guard of its own
+  auto B = SB.bind();
+  exec("p1 = Obj(); p1.a = 1\np2 = Obj()");
+  // Same answer as interpret(), and no error left set.
+  EXPECT_EQ(explainFailure(*B, locals("{'x': 3, 'o': None, 'p': p1}")), "");
+  EXPECT_EQ(explainFailure(*B, locals("{'x': 4, 'o': 1, 'p': p1}")),
+            "guard #0 (EQUALS_MATCH on L['x'])"); // the first one, in IR order
+  EXPECT_EQ(explainFailure(*B, locals("{'x': 3, 'o': 1, 'p': p1}")),
+            "guard #1 (NONE_MATCH on L['o'])");
+  EXPECT_EQ(explainFailure(*B, locals("{'o': None, 'p': p1}")),
+            "guard #0 (EQUALS_MATCH on L['x'])"); // its read fails
+  EXPECT_EQ(explainFailure(*B, locals("{'x': 3, 'o': None, 'p': p2}")),
+            "value #4 (getattr)");
+  EXPECT_FALSE(PyErr_Occurred());
+}
