@@ -10,9 +10,12 @@ docs/performance.md, "Tiered compilation".
 """
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from guardjit import _core
+
+log = logging.getLogger("guardjit")
 
 OFF = ("", "off")
 
@@ -24,7 +27,11 @@ def schedule(check: Any, level: str) -> bool:
     GIL held; returns at once."""
     if level in OFF:
         return False
-    return bool(_core.tier_up(check, level))
+    try:
+        return bool(_core.tier_up(check, level))
+    except Exception as e:  # e.g. a bad GUARDJIT_TIER_UP: keep the first code
+        log.warning("guardjit: no background tier at %r: %s", level, e)
+        return False
 
 
 def wait(timeout_s: float | None = None) -> bool:

@@ -283,7 +283,8 @@ def test_roots_replaced_while_threads_look_up():
                           env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     # 40 replacements, the first maybe of the full root (which lives anyway)
-    assert proc.stdout.split("\n")[-2] == "OK [] True True", proc.stdout
+    # stderr: guardjit's warnings, e.g. a rebuild kept whole (diffset_errors)
+    assert proc.stdout.split("\n")[-2] == "OK [] True True", (proc.stdout, proc.stderr[-4000:])
 
 
 def test_outside_the_stance_only_full_roots_run(installed):

@@ -6,6 +6,7 @@ interpreter exit with compiles queued, and fork."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -102,6 +103,20 @@ def test_tier_up_off_keeps_the_light_code(installed, monkeypatch):
     plugin.wait_for_tier_up(60)
     assert tiering.level_of(unit.check) == "light"
     assert not plugin.tier_up(unit.check)
+
+
+def test_a_bad_level_keeps_the_first_code_and_warns(installed, monkeypatch, caplog):
+    monkeypatch.setattr(plugin.config, "tier_up", "O3")
+    model, x = Block(1), torch.randn(2, 8)
+    log = logging.getLogger("guardjit")  # its own handler, no propagation
+    log.addHandler(caplog.handler)
+    try:
+        opt, _cap, unit = _compiled_unit(model, x)
+    finally:
+        log.removeHandler(caplog.handler)
+    assert unit.status == "native" and tiering.level_of(unit.check) == "light"
+    assert any("background tier" in r.getMessage() for r in caplog.records)
+    assert torch.equal(opt(x), model(x))
 
 
 def test_nothing_to_gain_is_not_queued():
