@@ -96,6 +96,14 @@ const char *optLevelName(OptLevel L) {
   return "?";
 }
 
+/// The target of a callable made by make_guard; TypeError for anything else.
+std::shared_ptr<CheckTarget> targetOf(py::handle Fn) {
+  std::shared_ptr<CheckTarget> T = nativeGuardTarget(Fn.ptr());
+  if (!T)
+    throw py::type_error("not a guardjit guard callable");
+  return T;
+}
+
 OptLevel parseOptLevel(const std::string &S) {
   if (S == "O0")
     return OptLevel::O0;
@@ -463,9 +471,7 @@ PYBIND11_MODULE(_core, M) {
   M.def(
       "guard_counters",
       [](py::handle Fn) {
-        auto T = nativeGuardTarget(Fn.ptr());
-        if (!T)
-          throw py::type_error("not a guardjit guard callable");
+        std::shared_ptr<CheckTarget> T = targetOf(Fn);
         return py::make_tuple(T->Calls, T->Failures, T->Fn.load() != nullptr);
       },
       "(calls, failures, native) of a callable made by make_guard.");
@@ -473,9 +479,7 @@ PYBIND11_MODULE(_core, M) {
   M.def(
       "guard_level",
       [](py::handle Fn) -> py::object {
-        auto T = nativeGuardTarget(Fn.ptr());
-        if (!T)
-          throw py::type_error("not a guardjit guard callable");
+        std::shared_ptr<CheckTarget> T = targetOf(Fn);
         int L = T->Level.load();
         if (L < 0)
           return py::none();
@@ -487,9 +491,7 @@ PYBIND11_MODULE(_core, M) {
   M.def(
       "tier_up",
       [](py::handle Fn, const std::string &Level) {
-        auto T = nativeGuardTarget(Fn.ptr());
-        if (!T)
-          throw py::type_error("not a guardjit guard callable");
+        std::shared_ptr<CheckTarget> T = targetOf(Fn);
         OptLevel L = parseOptLevel(Level);
         // Nothing to gain: the interpreter stays (a mode the user chose), and
         // code at this level or above stays.

@@ -35,15 +35,8 @@ import torch._dynamo.guards as dynamo_guards
 
 import guardjit
 from guardjit import plugin
+from guardjit.bench.run import FILTERS  # torch's six guard_filter_fn helpers
 
-FILTERS = (
-    "skip_guard_on_inbuilt_nn_modules_unsafe",
-    "skip_guard_on_all_nn_modules_unsafe",
-    "keep_tensor_guards_unsafe",
-    "keep_portable_guards_unsafe",
-    "skip_guard_on_globals_unsafe",
-    "skip_all_guards_unsafe",
-)
 OPTIONS = ("default",) + FILTERS + ("install_free_tensors", "dict_tags", "multi_entry")
 # Corpus models small enough for many fuzz cases (quick sizes); all ten by default.
 CORPUS_MODELS = ("mlp", "resnet-cnn", "decoder", "deep-decoder", "param-heavy", "gpt2", "bert",
