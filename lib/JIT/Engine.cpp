@@ -190,11 +190,11 @@ void GuardJIT::optimize(Module &M) {
   if (Opts.Level == OptLevel::O2) {
     MPM = PB.buildPerModuleDefaultPipeline(OptimizationLevel::O2);
   } else {
-    // Light and O1: the lowering emits each value once, so there is little to CSE
-    // across guards; what these passes remove is the block-per-step scaffold
-    // (branch chains, repeated type loads of one object between calls) that
-    // O0 codegen would keep. InstCombine was measured and left out: +30-100%
-    // compile time for no measurable gain on guard code.
+    // Light and O1: the lowering emits each value once, so there is little
+    // to CSE across guards; what these passes remove is the block-per-step
+    // scaffold (branch chains, repeated type loads of one object between
+    // calls) that O0 codegen would keep. InstCombine was measured and left
+    // out: +30-100% compile time for no measurable gain on guard code.
     FunctionPassManager FPM;
     FPM.addPass(EarlyCSEPass());
     FPM.addPass(SimplifyCFGPass());
