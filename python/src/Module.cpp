@@ -494,9 +494,12 @@ PYBIND11_MODULE(_core, M) {
         std::shared_ptr<CheckTarget> T = targetOf(Fn);
         OptLevel L = parseOptLevel(Level);
         // Nothing to gain: the interpreter stays (a mode the user chose), and
-        // code at this level or above stays.
-        if (!T->Fn.load() || T->Level.load() >= static_cast<int>(L))
+        // code at this level or above stays, or is already on its way.
+        int Want = static_cast<int>(L);
+        if (!T->Fn.load() || T->Level.load() >= Want ||
+            T->QueuedLevel.load() >= Want)
           return false;
+        T->QueuedLevel.store(Want); // the GIL serializes callers
         return scheduleTierUp(std::move(T), engine(L));
       },
       py::arg("check"), py::arg("opt_level") = "O1",

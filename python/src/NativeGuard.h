@@ -31,6 +31,8 @@ struct CheckTarget {
   std::atomic<CheckFn> Fn{nullptr}; ///< null: interpreter
   /// The OptLevel (as int) of Fn's code; -1 for the interpreter.
   std::atomic<int> Level{-1};
+  /// The highest OptLevel (as int) a recompile was queued at; -1 for none.
+  std::atomic<int> QueuedLevel{-1};
   uint64_t Calls = 0;
   uint64_t Failures = 0;
 

@@ -125,6 +125,10 @@ def test_nothing_to_gain_is_not_queued():
     interp = _core.make_guard(unit.bound, None)
     assert tiering.level_of(interp) is None
     assert not _core.tier_up(interp, "O1")  # the interpreter is a chosen mode
+    light = _core.make_guard(unit.bound, _core.compile(unit.bound, "light"))
+    assert _core.tier_up(light, "O1")
+    assert not _core.tier_up(light, "O1")  # already queued: one compile
+    assert plugin.wait_for_tier_up(60) and tiering.level_of(light) == "O1"
     o2 = _core.make_guard(unit.bound, _core.compile(unit.bound, "O2"))
     assert not _core.tier_up(o2, "O1")  # already above
     with pytest.raises(TypeError):
