@@ -187,12 +187,17 @@ class Env:
         raise Inapplicable(f"cannot assign to {source}")
 
 
-def _restore_dict(d: dict, undo: Undo, ours: tuple = ()) -> None:
+def _restore_dict(d: dict, undo: Undo) -> Callable[[], None]:
     """Restores ``d`` to its items and key order now. Keys added meanwhile by
     someone else (Dynamo installs globals when the end-to-end sample
-    recompiles) are kept; ``ours`` are keys the step adds itself."""
+    recompiles) are kept. Returns ``mark``: called right after the step's own
+    change, it records the keys that change added, which the restore drops.
+    They are read back from the dict, not taken from the step: a dict subclass
+    may store another key than the one set (transformers'
+    ``_CanRecordRegistry.__setitem__`` stores ``str(key.__class__)``)."""
     snapshot = list(d.items())
     keys = {id(k) for k, _ in snapshot}
+    ours: list[Any] = []  # the keys the step added (kept alive: compared by id)
 
     def restore() -> None:
         # Identity, not ==: values may be tensors.
@@ -200,20 +205,27 @@ def _restore_dict(d: dict, undo: Undo, ours: tuple = ()) -> None:
         if len(now) == len(snapshot) and all(
                 a[0] is b[0] and a[1] is b[1] for a, b in zip(now, snapshot)):
             return
-        extra = [(k, v) for k, v in now if id(k) not in keys and k not in snapshot_keys()
-                 and k not in ours]
+        mine = {id(k) for k in ours}
+        named = {k for k, _ in snapshot if isinstance(k, (str, int))}
+        extra = [(k, v) for k, v in now if id(k) not in keys and id(k) not in mine
+                 and not (isinstance(k, (str, int)) and k in named)]
         d.clear()
         d.update(snapshot)
         d.update(extra)
 
-    def snapshot_keys() -> set:
-        return {k for k, _ in snapshot if isinstance(k, (str, int))}
+    def mark() -> None:
+        ours.extend(k for k in list(d) if id(k) not in keys)
+
     undo.push(restore)
+    return mark
 
 
 def _set_in_dict(d: dict, key: Any, value: Any, undo: Undo) -> None:
-    _restore_dict(d, undo, (key,))
-    d[key] = value
+    mark = _restore_dict(d, undo)
+    try:
+        d[key] = value
+    finally:
+        mark()
 
 
 def assign(env: Env, source: str, value: Any, undo: Undo) -> None:
@@ -646,9 +658,12 @@ def _dict_op(d: Any, step: Step, env: Env, undo: Undo) -> None:
     elif step.op == "d.reorder":
         if len(d) < 2:
             raise Inapplicable("fewer than 2 keys")
-        _restore_dict(d, undo)
+        mark = _restore_dict(d, undo)
         first = next(iter(d))
-        d[first] = d.pop(first)
+        try:
+            d[first] = d.pop(first)
+        finally:
+            mark()
     elif step.op == "d.retype":
         new = dict(d) if type(d) is not dict else OrderedDict(d)
         assign(env, step.source, new, undo)

@@ -91,8 +91,8 @@ class TargetSpec:
         kind, name, option = key.split(":")
         return cls(kind, name, option)
 
-    def build(self) -> Target:
-        return build(self)
+    def build(self, sides: str = "both") -> Target:
+        return build(self, sides)
 
 
 @dataclasses.dataclass
@@ -132,10 +132,12 @@ def _option(option: str) -> tuple[dict, dict]:
 
 
 @contextlib.contextmanager
-def _capture() -> Any:
+def _capture(guardjit_hooks: bool = True) -> Any:
     """Per unit built inside: (Dynamo's root, installed root, f_locals,
-    scope without L, code); runs in front of guardjit's hook."""
-    plugin.install_hooks()
+    scope without L, code); runs in front of guardjit's hook (installed
+    unless ``guardjit_hooks`` is False: a plain-torch-only target)."""
+    if guardjit_hooks:
+        plugin.install_hooks()
     prev = dynamo_guards.guard_manager_testing_hook_fn
     got: list[tuple] = []
 
@@ -181,7 +183,18 @@ def _variants(args: tuple) -> list[tuple]:
     return out
 
 
-def build(spec: TargetSpec) -> Target:
+SIDES = ("both", "guardjit", "plain")
+
+
+def build(spec: TargetSpec, sides: str = "both") -> Target:
+    """Compiles the target. ``sides``: ``both`` (guardjit's compile, and plain
+    torch's in ``Target.plain`` for the end-to-end sample), ``guardjit`` (no
+    plain compile) or ``plain`` (``Target.compiled`` is plain
+    ``torch.compile``, guardjit's hooks are not installed and every unit is on
+    Dynamo's path): the last two are the fresh-process replays of
+    :mod:`guardjit.fuzz.isolate`."""
+    if sides not in SIDES:
+        raise ValueError(f"unknown sides {sides!r} (expected one of {', '.join(SIDES)})")
     torch._dynamo.reset()
     plugin.clear_units()
     source = None
@@ -204,8 +217,9 @@ def build(spec: TargetSpec) -> Target:
     plugin.config.keep_units = True
     plugin.config.keep_frame_locals = True
     try:
-        with _capture() as got:
-            compiled = guardjit.compile(entry, backend="eager", **compile_kwargs)
+        with _capture(sides != "plain") as got:
+            compiled = (torch.compile(entry, backend="eager", **compile_kwargs) if sides == "plain"
+                        else guardjit.compile(entry, backend="eager", **compile_kwargs))
             compiled(*args, **kwargs)
             if spec.option == "multi_entry":
                 for v in _variants(args):
@@ -217,10 +231,12 @@ def build(spec: TargetSpec) -> Target:
         records = plugin.units()
         # Plain torch with the same options, its own cache entries (backend
         # objects differ), for the end-to-end sample.
-        from guardjit.bench.run import SideBackend
+        plain = None
+        if sides == "both":
+            from guardjit.bench.run import SideBackend
 
-        plain = torch.compile(entry, backend=SideBackend("eager", "torch"), **compile_kwargs)
-        plain(*args, **kwargs)
+            plain = torch.compile(entry, backend=SideBackend("eager", "torch"), **compile_kwargs)
+            plain(*args, **kwargs)
     finally:
         plugin.config.keep_units = False
         plugin.config.keep_frame_locals = False
