@@ -145,3 +145,106 @@ def test_isolated_replay_blames_guardjit_unless_it_matches_plain_torch():
     # A child that failed proves nothing.
     assert not Isolated(SideResult("guardjit", "error: exit 1", None, "", None),
                         SideResult("plain", "value", a, "value", b)).torch_behaviour
+
+
+# --- State leaks on the transformers targets (fixed in mutations.py) ---------
+
+def _apply_and_undo(step, f_locals):
+    env = mutations.Env(f_locals, {})
+    undo = mutations.Undo()
+    undo.label(str(step))
+    mutations.apply(step, env, undo)
+    return undo.run()
+
+
+def test_dict_add_and_reorder_on_transformers_registry_are_undone():
+    # transformers' _CanRecordRegistry.__setitem__ stores str(key.__class__),
+    # not the key: `d.add 7` added "<class 'int'>", which the undo took for a
+    # key someone else had added and kept (gpt2, bert, llama: the registry is
+    # a guarded global, so every later case ran in a leaked state).
+    from transformers.utils.output_capturing import _CanRecordRegistry
+
+    class Model:
+        pass
+
+    reg = _CanRecordRegistry()
+    reg[Model()] = {"hidden_states": 1}
+    dict.__setitem__(reg, "second", {})
+    before = list(reg.items())
+    for step in (mutations.Step("d.add", "L['r']", ["7", "1.0"]),
+                 mutations.Step("d.reorder", "L['r']")):
+        f_locals = {"r": reg}
+        env = mutations.Env(f_locals, {})
+        undo = mutations.Undo()
+        mutations.apply(step, env, undo)
+        assert list(reg.items()) != before  # the step did change it
+        assert undo.run() == []
+        assert list(reg.items()) == before, step
+
+
+def test_dict_undo_keeps_keys_added_by_someone_else():
+    d = {"a": 1, "b": 2}
+    env = mutations.Env({"d": d}, {})
+    undo = mutations.Undo()
+    mutations.apply(mutations.Step("d.add", "L['d']", ["'c'", "1.0"]), env, undo)
+    d["dynamo_global"] = 3  # e.g. Dynamo installing a global while recompiling
+    assert undo.run() == []
+    assert list(d) == ["a", "b", "dynamo_global"]
+
+
+def test_setting_a_class_name_is_undone():
+    # `set X.__class__.__name__` restored with delattr, which a heap type
+    # refuses: an undo error, and the class kept the new name.
+    class Thing:
+        pass
+
+    obj = Thing()
+    errors = _apply_and_undo(mutations.Step("set", "L['o'].__class__.__name__", "'Thing_'"),
+                             {"o": obj})
+    assert errors == [] and Thing.__name__ == "Thing"
+    # An inherited class attribute set on the class is deleted again.
+    errors = _apply_and_undo(mutations.Step("set", "L['o'].__class__.__hash__", "None"),
+                             {"o": obj})
+    assert errors == [] and "__hash__" not in Thing.__dict__
+
+
+def test_undo_errors_name_their_step():
+    undo = mutations.Undo()
+    undo.label("step one")
+    undo.push(lambda: None)
+    undo.label("step two")
+    undo.push(lambda: 1 / 0)
+    (e,) = undo.run()
+    assert isinstance(e, ZeroDivisionError) and e.undo_step == "step two"
+
+
+def test_a_leaking_step_is_found(monkeypatch):
+    # A state op that forgets its undo: the leak replay names it (in this
+    # process here; the driver runs leaks.replay in a fresh one).
+    from guardjit.fuzz import driver, leaks
+
+    def leaky_threads(arg, undo):
+        import torch
+
+        torch.set_num_threads(torch.get_num_threads() + 1)  # no undo pushed
+
+    import torch
+
+    threads = torch.get_num_threads()
+    monkeypatch.setitem(mutations._STATE, "g.num_threads", leaky_threads)
+    try:
+        case = mutations.Case(0, [mutations.Step("g.grad"), mutations.Step("g.num_threads")])
+        leak = leaks.replay("corpus:mlp:default", None, case.as_dict(), False)
+        assert leak.step == "g.num_threads" and leak.units, leak
+        torch.set_num_threads(threads)
+        # Through the driver: stopped at the first case, reported with its step.
+        monkeypatch.setattr(leaks, "find_step",
+                            lambda key, src, case, e2e_: leaks.replay(key, src, case, e2e_))
+        monkeypatch.setattr(mutations, "random_case", lambda rng, units: case)
+        s = driver.run(10, seed=0, models=["mlp"], options=["default"], programs=0,
+                       stance_programs=0, e2e_every=0, out_dir="", progress=False)
+        assert s.counts["leaks"] == 1 and s.cases == 1
+        (d,) = s.disagreements
+        assert "state not restored after case 0" in d and "step responsible: g.num_threads" in d
+    finally:
+        torch.set_num_threads(threads)

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from guardjit.fuzz import e2e, isolate, mutations, oracle, reproducer, stance_oracle, targets
+from guardjit.fuzz import e2e, isolate, leaks, mutations, oracle, reproducer, stance_oracle, targets
 
 
 @dataclasses.dataclass
@@ -226,15 +226,27 @@ def _run_check_target(spec: targets.TargetSpec, n: int, seed: int, summary: Summ
             if verdict.disagrees:
                 c["check_disagree"] += 1
                 _save_check(target, case, verdict, summary, out_dir, override, minimize)
+            ran_e2e = False
             if e2e_every and e2e.eligible(target, case):
                 eligible += 1
                 if eligible % e2e_every == 1 or e2e_every == 1:
                     _e2e(target, case, summary, out_dir, history)
-            if i % 256 == 255:
-                if oracle.base_ok(target):
-                    c["leaks"] += 1
-                    summary.disagreements.append(f"{spec.key}: state not restored after case {i}")
-                    break
+                    ran_e2e = True
+            # After every case (about a tenth of a case's check time): a
+            # mutation that was not undone would make every later case test
+            # another state than it says.
+            leaked = oracle.base_ok(target)
+            if leaked:
+                c["leaks"] += 1
+                leak = leaks.find_step(spec.key, target.program_source, case.as_dict(), ran_e2e)
+                summary.disagreements.append(
+                    f"{spec.key}: state not restored after case {i} "
+                    f"({[str(s) for s in case.steps]}"
+                    f"{', and its end-to-end sample' if ran_e2e else ''}): units "
+                    f"{', '.join(leaked)} fail on their compile-time frame locals; {leak}"
+                    + (f"; undo errors in the case: {'; '.join(verdict.undo_errors)[:300]}"
+                       if verdict.undo_errors else ""))
+                break
             if i % 32 == 31:
                 bar.update(32, spec.key, summary)
         bar.update(n - (done // 32) * 32, spec.key, summary)

@@ -80,20 +80,30 @@ class Step:
 
 
 class Undo:
-    """A stack of restore actions, run in reverse order."""
+    """A stack of restore actions, run in reverse order. Each action is
+    labelled with the step that pushed it (:meth:`label`), so an action that
+    fails names its step."""
 
     def __init__(self) -> None:
-        self._actions: list[Callable[[], None]] = []
+        self._actions: list[tuple[str, Callable[[], None]]] = []
+        self._label = ""
+
+    def label(self, step: str) -> None:
+        """The step the following actions undo."""
+        self._label = step
 
     def push(self, fn: Callable[[], None]) -> None:
-        self._actions.append(fn)
+        self._actions.append((self._label, fn))
 
     def run(self) -> list[BaseException]:
+        """Runs every action; the errors, each with ``undo_step`` (its label)."""
         errors = []
         while self._actions:
+            label, fn = self._actions.pop()
             try:
-                self._actions.pop()()
+                fn()
             except BaseException as e:  # noqa: BLE001 - keep undoing the rest
+                e.undo_step = label  # type: ignore[attr-defined]
                 errors.append(e)
         return errors
 
@@ -254,8 +264,16 @@ def assign(env: Env, source: str, value: Any, undo: Undo) -> None:
                 _set_in_dict(parent.__dict__[sub], key, value, undo)
                 return
     missing = object()
-    old = getattr(parent, key, missing) if not isinstance(parent, type) else \
-        parent.__dict__.get(key, missing)
+    if not isinstance(parent, type):
+        old = getattr(parent, key, missing)
+    elif key in parent.__dict__:
+        old = parent.__dict__[key]
+    elif _data_descriptor(type(parent), key):
+        # A slot of the type itself (__name__, __qualname__, __doc__ of a heap
+        # type...): setting it changes the type, deleting it is refused.
+        old = getattr(parent, key)
+    else:
+        old = missing  # inherited or absent: the set adds it to parent.__dict__
     try:
         object.__setattr__(parent, key, value) if not isinstance(parent, type) else \
             setattr(parent, key, value)
@@ -269,6 +287,15 @@ def assign(env: Env, source: str, value: Any, undo: Undo) -> None:
             object.__setattr__(parent, key, old) if not isinstance(parent, type) else \
                 setattr(parent, key, old)
     undo.push(restore)
+
+
+def _data_descriptor(cls: type, name: str) -> bool:
+    """Whether ``name`` is a data descriptor (getset, member, property) of ``cls``."""
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            attr = klass.__dict__[name]
+            return hasattr(type(attr), "__set__") or hasattr(type(attr), "__delete__")
+    return False
 
 
 def delete(env: Env, source: str, undo: Undo) -> None:
