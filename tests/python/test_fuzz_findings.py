@@ -248,3 +248,15 @@ def test_a_leaking_step_is_found(monkeypatch):
         assert "state not restored after case 0" in d and "step responsible: g.num_threads" in d
     finally:
         torch.set_num_threads(threads)
+
+
+def test_wrapping_builtin_str_is_undone():
+    # Found by the seed-7 run (corpus:gpt2:default): with `str` wrapped in the
+    # real builtins dict, the dict restore called isinstance(k, (str, int))
+    # with the wrapper, failed, and left `str` wrapped for the rest of the run.
+    import builtins
+
+    real = builtins.str
+    errors = _apply_and_undo(mutations.Step("o.wrap", "L['b']['str']"), {"b": builtins.__dict__})
+    assert builtins.str is real, "builtins.str left wrapped"
+    assert errors == []

@@ -197,6 +197,12 @@ class Env:
         raise Inapplicable(f"cannot assign to {source}")
 
 
+# Taken at import: a step may wrap the builtins `str` and `int` in lambdas
+# (o.wrap on G['__builtins_dict___N']['str']), and the restore that puts them
+# back must not pass the wrappers to isinstance.
+_NAMED_KEYS = (str, int)
+
+
 def _restore_dict(d: dict, undo: Undo) -> Callable[[], None]:
     """Restores ``d`` to its items and key order now. Keys added meanwhile by
     someone else (Dynamo installs globals when the end-to-end sample
@@ -216,9 +222,9 @@ def _restore_dict(d: dict, undo: Undo) -> Callable[[], None]:
                 a[0] is b[0] and a[1] is b[1] for a, b in zip(now, snapshot)):
             return
         mine = {id(k) for k in ours}
-        named = {k for k, _ in snapshot if isinstance(k, (str, int))}
+        named = {k for k, _ in snapshot if isinstance(k, _NAMED_KEYS)}
         extra = [(k, v) for k, v in now if id(k) not in keys and id(k) not in mine
-                 and not (isinstance(k, (str, int)) and k in named)]
+                 and not (isinstance(k, _NAMED_KEYS) and k in named)]
         d.clear()
         d.update(snapshot)
         d.update(extra)
