@@ -238,7 +238,11 @@ def _run_check_target(spec: targets.TargetSpec, n: int, seed: int, summary: Summ
             leaked = oracle.base_ok(target)
             if leaked:
                 c["leaks"] += 1
-                leak = leaks.find_step(spec.key, target.program_source, case.as_dict(), ran_e2e)
+                try:
+                    leak: Any = leaks.find_step(spec.key, target.program_source, case.as_dict(),
+                                                ran_e2e)
+                except Exception as e:  # noqa: BLE001 - the leak may have broken this process
+                    leak = f"the leak replay failed here: {e!r}"
                 summary.disagreements.append(
                     f"{spec.key}: state not restored after case {i} "
                     f"({[str(s) for s in case.steps]}"
