@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from guardjit.fuzz import e2e, mutations, oracle, reproducer, stance_oracle, targets
+from guardjit.fuzz import e2e, isolate, leaks, mutations, oracle, reproducer, stance_oracle, targets
 
 
 @dataclasses.dataclass
@@ -39,6 +39,9 @@ class Summary:
     ops: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     reproducers: list[str] = dataclasses.field(default_factory=list)
     disagreements: list[str] = dataclasses.field(default_factory=list)
+    # Differences from eager that are plain torch's behaviour (not counted as
+    # disagreements), with what showed it.
+    torch_behaviour: list[str] = dataclasses.field(default_factory=list)
     build_errors: list[str] = dataclasses.field(default_factory=list)
     targets: int = 0
 
@@ -59,7 +62,8 @@ class Summary:
             f"units on Dynamo's path {c['units_dynamo_path']}",
             f"  end to end: {c['e2e']} runs ({c['e2e_both_raise']} raised in eager and "
             f"compiled; {c['e2e_torch_same']} differ from eager exactly as plain torch.compile "
-            f"does, {c['e2e_unsafe_filter']} under an unsafe filter)",
+            f"does, {c['e2e_torch_fresh']} more in fresh processes, {c['e2e_unsafe_filter']} "
+            f"under an unsafe filter)",
             f"  stance: {c['stance']} probes ({c['stance_calls']} judged calls)",
             f"  disagreements: check {c['check_disagree']}, end to end {c['e2e_mismatch']}, "
             f"stance misroutes {c['stance_misroute']}; undo errors {c['undo_errors']}, "
@@ -70,6 +74,8 @@ class Summary:
                          + "; ".join(self.build_errors[:5]))
         for d in self.disagreements[:20]:
             lines.append(f"  ! {d}")
+        for d in self.torch_behaviour[:10]:
+            lines.append(f"  torch's behaviour: {d}")
         for p in self.reproducers[:20]:
             lines.append(f"  reproducer: {p}")
         return "\n".join(lines)
@@ -78,6 +84,7 @@ class Summary:
         return {"seed": self.seed, "cases": self.cases, "wall_s": self.wall_s,
                 "targets": self.targets, "counts": dict(self.counts), "ops": dict(self.ops),
                 "reproducers": self.reproducers, "disagreements": self.disagreements,
+                "torch_behaviour": self.torch_behaviour,
                 "build_errors": self.build_errors}
 
 
@@ -196,6 +203,7 @@ def _run_check_target(spec: targets.TargetSpec, n: int, seed: int, summary: Summ
         c["units_dynamo_path"] += sum(u.status == "dynamo" for u in target.units)
         eligible = 0
         done = 0
+        history: list[dict] = []  # the end-to-end samples run on this target, in order
         for i in range(n):
             if deadline is not None and i % 64 == 0 and time.perf_counter() > deadline:
                 break
@@ -218,15 +226,31 @@ def _run_check_target(spec: targets.TargetSpec, n: int, seed: int, summary: Summ
             if verdict.disagrees:
                 c["check_disagree"] += 1
                 _save_check(target, case, verdict, summary, out_dir, override, minimize)
+            ran_e2e = False
             if e2e_every and e2e.eligible(target, case):
                 eligible += 1
                 if eligible % e2e_every == 1 or e2e_every == 1:
-                    _e2e(target, case, summary, out_dir)
-            if i % 256 == 255:
-                if oracle.base_ok(target):
-                    c["leaks"] += 1
-                    summary.disagreements.append(f"{spec.key}: state not restored after case {i}")
-                    break
+                    _e2e(target, case, summary, out_dir, history)
+                    ran_e2e = True
+            # After every case (one Dynamo check per unit; the oracle runs four): a
+            # mutation that was not undone would make every later case test
+            # another state than it says.
+            leaked = oracle.base_ok(target)
+            if leaked:
+                c["leaks"] += 1
+                try:
+                    leak: Any = leaks.find_step(spec.key, target.program_source, case.as_dict(),
+                                                ran_e2e)
+                except Exception as e:  # noqa: BLE001 - the leak may have broken this process
+                    leak = f"the leak replay failed here: {e!r}"
+                summary.disagreements.append(
+                    f"{spec.key}: state not restored after case {i} "
+                    f"({[str(s) for s in case.steps]}"
+                    f"{', and its end-to-end sample' if ran_e2e else ''}): units "
+                    f"{', '.join(leaked)} fail on their compile-time frame locals; {leak}"
+                    + (f"; undo errors in the case: {'; '.join(verdict.undo_errors)[:300]}"
+                       if verdict.undo_errors else ""))
+                break
             if i % 32 == 31:
                 bar.update(32, spec.key, summary)
         bar.update(n - (done // 32) * 32, spec.key, summary)
@@ -248,29 +272,44 @@ def _save_check(target: targets.Target, case: mutations.Case, verdict: oracle.Ve
             out_dir, "check", key, data, verdict.summary(), [str(s) for s in case.steps], guards))
 
 
-def _e2e(target: targets.Target, case: mutations.Case, summary: Summary, out_dir: str) -> None:
+def _e2e(target: targets.Target, case: mutations.Case, summary: Summary, out_dir: str,
+         history: list[dict]) -> None:
     c = summary.counts
+    history.append(case.as_dict())
     try:
         r = e2e.run(target, case)
     except Exception as e:  # noqa: BLE001 - e.g. Dynamo internal errors: reported
         r = e2e.Result(False, "?", f"driver error {type(e).__name__}: {e}"[:200])
     if r is None:
+        history.pop()
         return
     c["e2e"] += 1
     c["e2e_both_raise"] += r.eager.startswith("raise") and r.ok
+    steps = [str(s) for s in case.steps]
     if not r.ok and target.spec.option in targets.FILTERS:
         c["e2e_unsafe_filter"] += 1  # an unsafe filter may serve another state's graph
     elif not r.ok and r.torch == "same":
         c["e2e_torch_same"] += 1  # plain torch.compile does the same: not guardjit's
     elif not r.ok:
+        # Both sides share the code objects below the entry frame in this
+        # process: only fresh processes, one side each, tell torch's
+        # behaviour from guardjit's (isolate.py).
+        iso = isolate.classify(target.spec.key, target.program_source, list(history))
+        if iso.torch_behaviour:
+            c["e2e_torch_fresh"] += 1
+            summary.torch_behaviour.append(
+                f"{target.spec.key}: end to end {r!r} after {steps} "
+                f"(e2e sample {len(history)} of the target); {iso!r}")
+            return
         c["e2e_mismatch"] += 1
-        summary.disagreements.append(f"{target.spec.key}: end to end {r!r} after "
-                                     f"{[str(s) for s in case.steps]}")
+        summary.disagreements.append(f"{target.spec.key}: end to end {r!r} after {steps}; "
+                                     f"{iso!r}")
         if out_dir:
             data = {"kind": "e2e", "target": target.spec.key, "case": case.as_dict(),
-                    "program_source": target.program_source, "result": repr(r)}
+                    "history": list(history), "program_source": target.program_source,
+                    "result": repr(r), "isolated": repr(iso)}
             summary.reproducers.append(reproducer.write(
-                out_dir, "e2e", target.spec.key, data, repr(r), [str(s) for s in case.steps], []))
+                out_dir, "e2e", target.spec.key, data, f"{r!r}; {iso!r}", steps, []))
 
 
 def _run_stance_target(spec: tuple[str, str, str], n: int, seed: int, summary: Summary,

@@ -80,20 +80,30 @@ class Step:
 
 
 class Undo:
-    """A stack of restore actions, run in reverse order."""
+    """A stack of restore actions, run in reverse order. Each action is
+    labelled with the step that pushed it (:meth:`label`), so an action that
+    fails names its step."""
 
     def __init__(self) -> None:
-        self._actions: list[Callable[[], None]] = []
+        self._actions: list[tuple[str, Callable[[], None]]] = []
+        self._label = ""
+
+    def label(self, step: str) -> None:
+        """The step the following actions undo."""
+        self._label = step
 
     def push(self, fn: Callable[[], None]) -> None:
-        self._actions.append(fn)
+        self._actions.append((self._label, fn))
 
     def run(self) -> list[BaseException]:
+        """Runs every action; the errors, each with ``undo_step`` (its label)."""
         errors = []
         while self._actions:
+            label, fn = self._actions.pop()
             try:
-                self._actions.pop()()
+                fn()
             except BaseException as e:  # noqa: BLE001 - keep undoing the rest
+                e.undo_step = label  # type: ignore[attr-defined]
                 errors.append(e)
         return errors
 
@@ -187,12 +197,23 @@ class Env:
         raise Inapplicable(f"cannot assign to {source}")
 
 
-def _restore_dict(d: dict, undo: Undo, ours: tuple = ()) -> None:
+# Taken at import: a step may wrap the builtins `str` and `int` in lambdas
+# (o.wrap on G['__builtins_dict___N']['str']), and the restore that puts them
+# back must not pass the wrappers to isinstance.
+_NAMED_KEYS = (str, int)
+
+
+def _restore_dict(d: dict, undo: Undo) -> Callable[[], None]:
     """Restores ``d`` to its items and key order now. Keys added meanwhile by
     someone else (Dynamo installs globals when the end-to-end sample
-    recompiles) are kept; ``ours`` are keys the step adds itself."""
+    recompiles) are kept. Returns ``mark``: called right after the step's own
+    change, it records the keys that change added, which the restore drops.
+    They are read back from the dict, not taken from the step: a dict subclass
+    may store another key than the one set (transformers'
+    ``_CanRecordRegistry.__setitem__`` stores ``str(key.__class__)``)."""
     snapshot = list(d.items())
     keys = {id(k) for k, _ in snapshot}
+    ours: list[Any] = []  # the keys the step added (kept alive: compared by id)
 
     def restore() -> None:
         # Identity, not ==: values may be tensors.
@@ -200,20 +221,27 @@ def _restore_dict(d: dict, undo: Undo, ours: tuple = ()) -> None:
         if len(now) == len(snapshot) and all(
                 a[0] is b[0] and a[1] is b[1] for a, b in zip(now, snapshot)):
             return
-        extra = [(k, v) for k, v in now if id(k) not in keys and k not in snapshot_keys()
-                 and k not in ours]
+        mine = {id(k) for k in ours}
+        named = {k for k, _ in snapshot if isinstance(k, _NAMED_KEYS)}
+        extra = [(k, v) for k, v in now if id(k) not in keys and id(k) not in mine
+                 and not (isinstance(k, _NAMED_KEYS) and k in named)]
         d.clear()
         d.update(snapshot)
         d.update(extra)
 
-    def snapshot_keys() -> set:
-        return {k for k, _ in snapshot if isinstance(k, (str, int))}
+    def mark() -> None:
+        ours.extend(k for k in list(d) if id(k) not in keys)
+
     undo.push(restore)
+    return mark
 
 
 def _set_in_dict(d: dict, key: Any, value: Any, undo: Undo) -> None:
-    _restore_dict(d, undo, (key,))
-    d[key] = value
+    mark = _restore_dict(d, undo)
+    try:
+        d[key] = value
+    finally:
+        mark()
 
 
 def assign(env: Env, source: str, value: Any, undo: Undo) -> None:
@@ -242,8 +270,16 @@ def assign(env: Env, source: str, value: Any, undo: Undo) -> None:
                 _set_in_dict(parent.__dict__[sub], key, value, undo)
                 return
     missing = object()
-    old = getattr(parent, key, missing) if not isinstance(parent, type) else \
-        parent.__dict__.get(key, missing)
+    if not isinstance(parent, type):
+        old = getattr(parent, key, missing)
+    elif key in parent.__dict__:
+        old = parent.__dict__[key]
+    elif _data_descriptor(type(parent), key):
+        # A slot of the type itself (__name__, __qualname__, __doc__ of a heap
+        # type...): setting it changes the type, deleting it is refused.
+        old = getattr(parent, key)
+    else:
+        old = missing  # inherited or absent: the set adds it to parent.__dict__
     try:
         object.__setattr__(parent, key, value) if not isinstance(parent, type) else \
             setattr(parent, key, value)
@@ -257,6 +293,15 @@ def assign(env: Env, source: str, value: Any, undo: Undo) -> None:
             object.__setattr__(parent, key, old) if not isinstance(parent, type) else \
                 setattr(parent, key, old)
     undo.push(restore)
+
+
+def _data_descriptor(cls: type, name: str) -> bool:
+    """Whether ``name`` is a data descriptor (getset, member, property) of ``cls``."""
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            attr = klass.__dict__[name]
+            return hasattr(type(attr), "__set__") or hasattr(type(attr), "__delete__")
+    return False
 
 
 def delete(env: Env, source: str, undo: Undo) -> None:
@@ -646,9 +691,12 @@ def _dict_op(d: Any, step: Step, env: Env, undo: Undo) -> None:
     elif step.op == "d.reorder":
         if len(d) < 2:
             raise Inapplicable("fewer than 2 keys")
-        _restore_dict(d, undo)
+        mark = _restore_dict(d, undo)
         first = next(iter(d))
-        d[first] = d.pop(first)
+        try:
+            d[first] = d.pop(first)
+        finally:
+            mark()
     elif step.op == "d.retype":
         new = dict(d) if type(d) is not dict else OrderedDict(d)
         assign(env, step.source, new, undo)

@@ -81,6 +81,7 @@ def apply_steps(target: Target, case: Case, undo: Undo) -> tuple[Env, int, list[
     env = Env(dict(unit.f_locals), unit.scope)
     applied, skipped = 0, []
     for step in case.steps:
+        undo.label(str(step))
         try:
             mutations.apply(step, env, undo)
             applied += 1
@@ -110,7 +111,8 @@ def run_case(target: Target, case: Case, override: CheckerOverride | None = None
             after(env)
     finally:
         errors = undo.run()
-    return Verdict(case, applied, skipped, results, [repr(e) for e in errors])
+    return Verdict(case, applied, skipped, results,
+                   [f"undoing {getattr(e, 'undo_step', '?')}: {e!r}" for e in errors])
 
 
 def base_ok(target: Target) -> list[str]:

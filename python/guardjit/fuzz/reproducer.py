@@ -108,14 +108,24 @@ def replay(data: dict) -> tuple[bool, str]:
         finally:
             target.close()
     if data["kind"] == "e2e":
-        from guardjit.fuzz import e2e, targets
+        from guardjit.fuzz import e2e, isolate, targets
 
+        # The samples run on the target before this one, in order: torch's
+        # cache history decides which graph runs.
+        history = data.get("history") or [data["case"]]
         target = targets.TargetSpec.parse(data["target"]).build()
         try:
-            r = e2e.run(target, Case.from_dict(data["case"]))
-            return r is not None and not r.ok and r.torch != "same", repr(r)
+            r = None
+            for d in history:
+                r = e2e.run(target, Case.from_dict(d))
         finally:
             target.close()
+        if r is None or r.ok or r.torch == "same":
+            return False, repr(r)
+        iso = isolate.classify(data["target"], data.get("program_source"), history)
+        return not iso.torch_behaviour, f"{r!r}\n{iso!r}" + (
+            "\n(plain torch alone is wrong exactly as guardjit: torch's behaviour)"
+            if iso.torch_behaviour else "")
     raise ValueError(f"unknown reproducer kind {data['kind']!r}")
 
 

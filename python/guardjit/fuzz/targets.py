@@ -84,8 +84,8 @@ class TargetSpec:
         kind, name, option = key.split(":")
         return cls(kind, name, option)
 
-    def build(self) -> Target:
-        return build(self)
+    def build(self, sides: str = "both") -> Target:
+        return build(self, sides)
 
 
 @dataclasses.dataclass
@@ -129,7 +129,10 @@ def _capture() -> Any:
     """Per unit built inside: (Dynamo's root, installed root, f_locals,
     scope without L, code). guardjit reports the roots
     (plugin.observe_units); torch's testing hook, which runs inside
-    CheckFunctionManager.__init__ before the observer, gives the scope."""
+    CheckFunctionManager.__init__ before the observer, gives the scope.
+    A plain-torch-only target needs the hooks too: guardjit is not active
+    for its compiles, so it converts none of them and only reports Dynamo's
+    roots."""
     plugin.install_hooks()
     prev = dynamo_guards.guard_manager_testing_hook_fn
     scopes: dict[int, list[dict]] = {}
@@ -181,7 +184,18 @@ def _variants(args: tuple) -> list[tuple]:
     return out
 
 
-def build(spec: TargetSpec) -> Target:
+SIDES = ("both", "guardjit", "plain")
+
+
+def build(spec: TargetSpec, sides: str = "both") -> Target:
+    """Compiles the target. ``sides``: ``both`` (guardjit's compile, and plain
+    torch's in ``Target.plain`` for the end-to-end sample), ``guardjit`` (no
+    plain compile) or ``plain`` (``Target.compiled`` is plain
+    ``torch.compile``, guardjit's hooks are not installed and every unit is on
+    Dynamo's path): the last two are the fresh-process replays of
+    :mod:`guardjit.fuzz.isolate`."""
+    if sides not in SIDES:
+        raise ValueError(f"unknown sides {sides!r} (expected one of {', '.join(SIDES)})")
     torch._dynamo.reset()
     plugin.clear_units()
     source = None
@@ -205,7 +219,8 @@ def build(spec: TargetSpec) -> Target:
     plugin.config.keep_frame_locals = True
     try:
         with _capture() as got:
-            compiled = guardjit.compile(entry, backend="eager", **compile_kwargs)
+            compiled = (torch.compile(entry, backend="eager", **compile_kwargs) if sides == "plain"
+                        else guardjit.compile(entry, backend="eager", **compile_kwargs))
             compiled(*args, **kwargs)
             if spec.option == "multi_entry":
                 for v in _variants(args):
@@ -217,10 +232,12 @@ def build(spec: TargetSpec) -> Target:
         records = plugin.units()
         # Plain torch with the same options, its own cache entries (backend
         # objects differ), for the end-to-end sample.
-        from guardjit.bench.run import SideBackend
+        plain = None
+        if sides == "both":
+            from guardjit.bench.run import SideBackend
 
-        plain = torch.compile(entry, backend=SideBackend("eager", "torch"), **compile_kwargs)
-        plain(*args, **kwargs)
+            plain = torch.compile(entry, backend=SideBackend("eager", "torch"), **compile_kwargs)
+            plain(*args, **kwargs)
     finally:
         plugin.config.keep_units = False
         plugin.config.keep_frame_locals = False
