@@ -230,6 +230,10 @@ def build(spec: TargetSpec, sides: str = "both") -> Target:
                         continue
                     compiled(*v, **kwargs)
         records = plugin.units()
+        # The checks the cases compare are the tier-up's code (docs/plugin.md
+        # "The background tier"), not the first code a swap would replace
+        # mid-run.
+        plugin.wait_for_tier_up()
         # Plain torch with the same options, its own cache entries (backend
         # objects differ), for the end-to-end sample.
         plain = None
