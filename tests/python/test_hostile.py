@@ -146,21 +146,53 @@ def worker():
     sys.exit(3)            # SystemExit ends only this thread
 t = threading.Thread(target=worker); t.start(); t.join()
 """,
+    # Daemon threads run the guard check (guardjit's or Dynamo's) after the
+    # main thread has finished, through threading's shutdown, until the first
+    # atexit callback (registered last, so it runs before guardjit's, which
+    # stops the tier-up worker, and torch's) parks them. Their graph is a
+    # backend that calls no torch op: a daemon thread inside a torch op at
+    # exit aborts plain eager torch with no compile at all ("terminate called
+    # without an active exception"), and a daemon thread still calling a
+    # compiled function while torch's own atexit callbacks run
+    # (torch.library._del_library) segfaults plain torch.compile as well.
     "daemon_threads_calling": """
-errors = []
+def no_op_backend(gm, example_inputs):
+    n = len(gm.graph.find_nodes(op="output")[0].args[0])
+    return lambda *args: tuple(args[:1]) * n
+class O:
+    pass
+objs = [O() for _ in range(3)]
+def f(x, o):
+    return x * o.k
+fopt = torch.compile(f, backend=no_op_backend)
+for o in objs:
+    for k in (5, 6):
+        o.k = k
+        assert torch.equal(fopt(x, o), x)
+import atexit
+calls = [0, 0, 0]
+stop, parked = threading.Event(), threading.Semaphore(0)
+def park():
+    seen = list(calls)
+    time.sleep(0.3)
+    assert calls != seen, "the daemon threads were not calling during shutdown"
+    stop.set()
+    for _ in range(3):
+        parked.acquire()
+atexit.register(park)
 def worker(i):
-    m, o = mods[i % 3], opts[i % 3]
+    o = objs[i]
     while True:
-        try:
-            m.k = 2 + (i % 2)          # guards fail and pass in turn
-            if not torch.equal(o(x), m(x)):
-                errors.append(i)
-        except BaseException:
-            return
+        if stop.is_set():
+            parked.release()
+            threading.Event().wait()
+        o.k = calls[i] % 2 + 5       # one entry's guards fail, the other's pass
+        r = fopt(x, o)
+        calls[i] += 1
 for i in range(3):
     threading.Thread(target=worker, args=(i,), daemon=True).start()
-time.sleep(1.5)
-assert not errors, errors
+time.sleep(1.0)
+assert min(calls) > 10, calls
 """,
     "sys_exit_from_thread_then_main_exits": """
 def worker():
