@@ -441,13 +441,24 @@ def run(name):
     torch._dynamo.reset()
     counters.clear()
     EvilEq.armed = False
+    gj = os.environ.get("GUARDJIT") == "1"
+    if gj:
+        from guardjit import plugin
+        plugin.config.keep_units = True
+        plugin.clear_units()
     c = CASES[name]()
     out = {"case": name, "steps": c.steps, "reused": c.reused}
-    if os.environ.get("GUARDJIT") == "1":
+    if gj:
         import guardjit
+        from guardjit import _core
         st = guardjit.stats()
         out["guardjit"] = {k: st.get(k) for k in ("units_seen", "units_native",
                                                    "units_interpreter", "units_dynamo")}
+        # guardjit's checks of this case's units: (calls, failures), summed
+        counts = [_core.guard_counters(u.check)[:2] for u in plugin.units() if u.check is not None]
+        out["guardjit"]["check_calls"] = sum(n for n, _ in counts)
+        out["guardjit"]["check_failures"] = sum(f for _, f in counts)
+        plugin.clear_units()
     return out
 
 
