@@ -199,9 +199,9 @@ def case_getattribute_overridden():
     return c
 
 
-def case_module_getattribute_overridden():
-    """nn.Module reads (guardjit's native Module.__getattr__) with the class's
-    __getattribute__ / __getattr__ replaced after the compile."""
+def _module_case():
+    """A fresh nn.Module class (each case mutates its own), an instance, and a
+    _Case over `m(x)` already called once (compiled)."""
     class M(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -217,6 +217,13 @@ def case_module_getattribute_overridden():
         return m(x)
     c = _Case(f)
     c.call(X, m)
+    return M, m, c
+
+
+def case_module_getattribute_overridden():
+    """nn.Module reads (guardjit's native Module.__getattr__) with the class's
+    __getattribute__ / __getattr__ replaced after the compile."""
+    M, m, c = _module_case()
     M.__getattr__ = lambda self, n: (_ for _ in ()).throw(RuntimeError("hostile"))
     c.call(X, m)
     del M.__getattr__
@@ -282,21 +289,7 @@ def case_module_dict_evil_entries():
 def case_nn_module_dict_evil_entries():
     """nn.Module's __dict__ / _buffers get keys whose __eq__ raises and a value
     whose __eq__/__hash__ raise (guardjit emulates Module.__getattr__)."""
-    class M(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lin = torch.nn.Linear(4, 4)
-            self.k = 2
-
-        def forward(self, x):
-            return self.lin(x) * self.k
-    torch.manual_seed(0)
-    m = M()
-
-    def f(x, m):
-        return m(x)
-    c = _Case(f)
-    c.call(X, m)
+    _, m, c = _module_case()
     _disarmed(lambda: m._buffers.__setitem__(EvilEq("lin"), None))  # `"lin" in _buffers` raises
     c.call(X, m)
     EvilEq.armed = False
