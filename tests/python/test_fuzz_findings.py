@@ -147,6 +147,34 @@ def test_isolated_replay_blames_guardjit_unless_it_matches_plain_torch():
                         SideResult("plain", "value", a, "value", b)).torch_behaviour
 
 
+def test_isolated_replay_where_both_sides_agree_with_eager_is_unreproduced():
+    """Seed 11: a step deleted ``torch.nn`` through llama's module global; in
+    the fuzzer's process the harness itself broke, in fresh processes eager
+    and compiled raise the same AttributeError on both sides."""
+    import torch
+
+    from guardjit.fuzz.isolate import Isolated, SideResult
+
+    a, b = torch.ones(2), torch.zeros(2)
+    both_raise = Isolated(SideResult("guardjit", "raise AttributeError", None,
+                                     "raise AttributeError", None),
+                          SideResult("plain", "raise AttributeError", None,
+                                     "raise AttributeError", None))
+    assert both_raise.unreproduced and not both_raise.torch_behaviour
+    assert Isolated(SideResult("guardjit", "value", a, "value", a),
+                    SideResult("plain", "value", a, "value", a)).unreproduced
+    # guardjit alone wrong, torch alone wrong, or a failed child: not unreproduced.
+    assert not Isolated(SideResult("guardjit", "value", a, "value", b),
+                        SideResult("plain", "value", a, "value", a)).unreproduced
+    assert not Isolated(SideResult("guardjit", "value", a, "value", a),
+                        SideResult("plain", "value", a, "value", b)).unreproduced
+    assert not Isolated(SideResult("guardjit", "raise AttributeError", None, "value", a),
+                        SideResult("plain", "raise AttributeError", None,
+                                   "raise AttributeError", None)).unreproduced
+    assert not Isolated(SideResult("guardjit", "error: exit 1", None, "", None),
+                        SideResult("plain", "value", a, "value", a)).unreproduced
+
+
 # --- State leaks on the transformers targets (fixed in mutations.py) ---------
 
 def _apply_and_undo(step, f_locals):

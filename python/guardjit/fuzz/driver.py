@@ -42,6 +42,8 @@ class Summary:
     # Differences from eager that are plain torch's behaviour (not counted as
     # disagreements), with what showed it.
     torch_behaviour: list[str] = dataclasses.field(default_factory=list)
+    # In-process mismatches that fresh processes do not reproduce (isolate.py).
+    unreproduced: list[str] = dataclasses.field(default_factory=list)
     build_errors: list[str] = dataclasses.field(default_factory=list)
     targets: int = 0
 
@@ -63,7 +65,8 @@ class Summary:
             f"  end to end: {c['e2e']} runs ({c['e2e_both_raise']} raised in eager and "
             f"compiled; {c['e2e_torch_same']} differ from eager exactly as plain torch.compile "
             f"does, {c['e2e_torch_fresh']} more in fresh processes, {c['e2e_unsafe_filter']} "
-            f"under an unsafe filter)",
+            f"under an unsafe filter; {c['e2e_unreproduced']} not reproduced in fresh "
+            f"processes)",
             f"  stance: {c['stance']} probes ({c['stance_calls']} judged calls)",
             f"  disagreements: check {c['check_disagree']}, end to end {c['e2e_mismatch']}, "
             f"stance misroutes {c['stance_misroute']}; undo errors {c['undo_errors']}, "
@@ -76,6 +79,8 @@ class Summary:
             lines.append(f"  ! {d}")
         for d in self.torch_behaviour[:10]:
             lines.append(f"  torch's behaviour: {d}")
+        for d in self.unreproduced[:10]:
+            lines.append(f"  not reproduced in fresh processes: {d}")
         for p in self.reproducers[:20]:
             lines.append(f"  reproducer: {p}")
         return "\n".join(lines)
@@ -85,6 +90,7 @@ class Summary:
                 "targets": self.targets, "counts": dict(self.counts), "ops": dict(self.ops),
                 "reproducers": self.reproducers, "disagreements": self.disagreements,
                 "torch_behaviour": self.torch_behaviour,
+                "unreproduced": self.unreproduced,
                 "build_errors": self.build_errors}
 
 
@@ -298,6 +304,12 @@ def _e2e(target: targets.Target, case: mutations.Case, summary: Summary, out_dir
         if iso.torch_behaviour:
             c["e2e_torch_fresh"] += 1
             summary.torch_behaviour.append(
+                f"{target.spec.key}: end to end {r!r} after {steps} "
+                f"(e2e sample {len(history)} of the target); {iso!r}")
+            return
+        if iso.unreproduced:
+            c["e2e_unreproduced"] += 1
+            summary.unreproduced.append(
                 f"{target.spec.key}: end to end {r!r} after {steps} "
                 f"(e2e sample {len(history)} of the target); {iso!r}")
             return

@@ -16,7 +16,11 @@ torch only (``sides="plain"``: guardjit's hooks are not installed). Both seed
 torch's generator before building, so a generated program's ``nn.Linear`` has
 the same weights in both. The mismatch is torch's behaviour when plain torch
 alone differs from eager and guardjit alone returns exactly what plain torch
-alone returns; anything else stays a disagreement.
+alone returns. It is *unreproduced* when both sides alone agree with eager
+(both raising counts): the in-process mismatch came from what the two sides
+share there (a step that deleted ``torch.nn`` breaks the harness's own calls
+in that process). Both are counted and listed apart; anything else stays a
+disagreement.
 
 ``python -m guardjit.fuzz.isolate IN.json OUT.pt`` is the child: it runs the
 history on one side and saves the last sample's eager and compiled results.
@@ -73,6 +77,18 @@ class Isolated:
         return (not self.failed and not p.agrees_with_eager
                 and same(g.how_ref, g.ref, p.how_ref, p.ref)
                 and g.how_out == p.how_out and same(g.how_out, g.out, p.how_out, p.out))
+
+    @property
+    def unreproduced(self) -> bool:
+        """In fresh processes both sides agree with eager and with each other
+        (both raising counts as agreement): the in-process mismatch came from
+        the state the two sides share there (code objects below the entry,
+        a mutation that broke the harness itself), not from either check."""
+        from guardjit.fuzz.e2e import same
+
+        g, p = self.guardjit, self.plain
+        return (not self.failed and g.agrees_with_eager and p.agrees_with_eager
+                and same(g.how_out, g.out, p.how_out, p.out))
 
     def __repr__(self) -> str:
         return f"fresh processes: {self.guardjit!r}; {self.plain!r}"
