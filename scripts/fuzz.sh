@@ -9,7 +9,8 @@
 # JOBS (libFuzzer -jobs, default 1), FUZZ_ARGS (extra libFuzzer flags).
 # Corpora grow in $BUILD_DIR/corpus/<target>, seeded from tests/lit inputs;
 # crashes are written to $BUILD_DIR/crashes/<target>/. Turn each crash into a
-# regression test under tests/lit/Fuzz (see tests/fuzz/README.md).
+# regression test under tests/lit/Fuzz (see tests/fuzz/README.md). clang-19 and
+# libFuzzer (libclang-rt-19-dev) are installed with apt when missing.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 SECONDS_PER_TARGET="${1:-60}"
@@ -23,6 +24,16 @@ JOBS="${JOBS:-1}"
 PARALLEL=""
 # With -jobs libFuzzer writes to fuzz-N.log instead of stderr: only when asked.
 [ "$JOBS" -gt 1 ] && PARALLEL="-jobs=$JOBS -workers=$JOBS"
+
+# libFuzzer comes with clang: Debian's clang-19 and its runtimes
+# (libclang-rt-19-dev), the same LLVM release as llvm-19-dev.
+if [ "$CXX" = clang++-19 ] && { ! command -v clang++-19 >/dev/null 2>&1 ||
+                                 ! dpkg -s libclang-rt-19-dev >/dev/null 2>&1; }; then
+  echo "==> apt: installing clang-19 libclang-rt-19-dev (libFuzzer)"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq clang-19 libclang-rt-19-dev >/dev/null
+fi
 
 cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_COMPILER="$CXX" -DCMAKE_C_COMPILER="$CC" \

@@ -8,7 +8,9 @@ bound object table and compiled check of the cycle must be freed. At exit
 LeakSanitizer reports what is still unreachable; ``sanitize.sh`` fails when
 any reported stack has a frame in guardjit's own code.
 
-Usage: python tests/sanitizers/leak_cycles.py [CYCLES]   (default 20)
+Usage: python tests/sanitizers/leak_cycles.py [CYCLES] [--plain]
+(CYCLES default 5; --plain: the same cycles with plain torch, GUARDJIT unset,
+to tell torch's own leaks from guardjit's)
 """
 
 from __future__ import annotations
@@ -42,12 +44,15 @@ def one_cycle() -> None:
     m = torch.compile(block, backend="eager")
     for shape in [(4, 8), (2, 8), (3, 8)]:        # recompiles, several entries
         x = torch.randn(*shape)
+        y = x.clone()
         f(x, x, True)
-        f(x, x.clone(), False)
+        f(x, y, False)
         m(x)
-    plugin.wait_for_tier_up()                      # the O1 code is swapped in
+    if plugin._installed:
+        plugin.wait_for_tier_up()                  # the O1 code is swapped in
     with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
-        f(torch.randn(4, 8), torch.randn(4, 8), True)
+        f(x, x, True)                              # warmed inputs: diff roots run
+        f(x, y, False)
     block.scale = 3.0                              # a guard fails: recompile
     m(torch.randn(4, 8))
     torch._dynamo.reset()                          # evict every cache entry
@@ -55,7 +60,14 @@ def one_cycle() -> None:
 
 
 def main() -> int:
-    cycles = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+    args = [a for a in sys.argv[1:] if a != "--plain"]
+    plain = "--plain" in sys.argv[1:]
+    cycles = int(args[0]) if args else 5
+    if plain:
+        for _ in range(cycles):
+            one_cycle()
+        print(f"leak_cycles: {cycles} cycles, plain torch")
+        return 0
     assert guardjit.install()
     for _ in range(cycles):
         one_cycle()
