@@ -25,7 +25,8 @@ from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
 import guardjit
 from guardjit import _core, plugin
 
-SECONDS = 4.0  # of the scenario, per run (guardjit's and plain torch's)
+SECONDS = 3.0  # of the scenario at least, per run (guardjit's and plain torch's)
+ROUNDS = 9  # at least (3 resets), however slow the machine; at most 120 s
 
 
 @pytest.fixture
@@ -123,7 +124,8 @@ def run_scenario(seconds: float = SECONDS, seed: int = 0, callers: int = 3,
         for t in threads:
             t.start()
         try:
-            while time.perf_counter() - start < seconds:
+            while (time.perf_counter() - start < seconds or rounds < ROUNDS) \
+                    and time.perf_counter() - start < 120:
                 rounds += 1
                 if len(warm) < len(variants):
                     check(len(warm))  # compile the next variant
@@ -189,8 +191,8 @@ def test_calls_from_threads_while_compiles_evictions_and_swaps_run(installed):
     # The run did what it claims: callers ran throughout, the cache held
     # several entries, entries were evicted, guardjit checked the units and
     # its background tier swapped code in while the callers ran.
-    assert min(got["calls"]) > 20, got
-    assert got["max_entries"] >= 3 and got["resets"] >= 2, got
+    assert min(got["calls"]) >= 10, got
+    assert got["max_entries"] >= 3 and got["resets"] >= 3, got
     assert st["units_native"] - st0["units_native"] >= 10, (st0, st)
     assert tier["installed"] - tier0["installed"] >= 5, (tier0, tier)
     assert tier["failed"] == tier0["failed"]
