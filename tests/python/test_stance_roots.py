@@ -237,7 +237,13 @@ def test_roots_replaced_while_threads_look_up():
     the stance: every replaced root stays alive with its wrapper (the root's
     check releases the GIL while taking its mutex, so a lookup may hold the
     old pointer). A subprocess, so that a use-after-free cannot take the test
-    run down with it."""
+    run down with it.
+
+    Only the three warmed entries must hold a retired root per replacement:
+    torch 2.13's lookup race (test_two_threads_under_the_stance) can make a
+    worker miss and compile a fourth entry during the loop (seen about once
+    in ten runs under load: units_seen 3 -> 4 and an entry with fewer
+    retired roots, e.g. 32), which only sees the replacements after it."""
     code = textwrap.dedent("""
         import threading, torch, guardjit
         from guardjit import plugin, stance
@@ -250,6 +256,8 @@ def test_roots_replaced_while_threads_look_up():
         refs = [fn(*a, **k) for a, k in inputs]
         for a, k in inputs:
             opt(*a, **k)
+        entries = torch._dynamo.eval_frame._debug_get_cache_entry_list
+        warmed = [e.guard_manager for e in entries(fn)]
         stop, errors, calls = threading.Event(), [], [0]
         def worker(order):
             while not stop.is_set():
@@ -273,9 +281,11 @@ def test_roots_replaced_while_threads_look_up():
             stop.set()
             for t in ts:
                 t.join(60)
-        wrappers = [e.guard_manager for e in torch._dynamo.eval_frame._debug_get_cache_entry_list(fn)]
-        retired = [len(stance.state(w).retired) for w in wrappers]
-        print("OK", errors, min(retired) >= 39, calls[0] > 0)
+        live = [e.guard_manager for e in entries(fn)]
+        retired = [len(stance.state(w).retired) for w in warmed]
+        print("retired", retired, "entries compiled during the loop", len(live) - len(warmed))
+        print("OK", errors, len(warmed) == 3, all(any(w is v for v in live) for w in warmed),
+              min(retired) >= 39, calls[0] > 0)
     """)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GUARDJIT")}
     env["PYTHONPATH"] = os.path.dirname(S.__file__) + os.pathsep + env.get("PYTHONPATH", "")
@@ -284,7 +294,8 @@ def test_roots_replaced_while_threads_look_up():
     assert proc.returncode == 0, proc.stderr[-4000:]
     # 40 replacements, the first maybe of the full root (which lives anyway)
     # stderr: guardjit's warnings, e.g. a rebuild kept whole (diffset_errors)
-    assert proc.stdout.split("\n")[-2] == "OK [] True True", (proc.stdout, proc.stderr[-4000:])
+    assert proc.stdout.split("\n")[-2] == "OK [] True True True True", \
+        (proc.stdout, proc.stderr[-4000:])
 
 
 def test_outside_the_stance_only_full_roots_run(installed):
