@@ -81,7 +81,7 @@ tsan)
   configure_and_build tsan
   echo "==> tsan: the GoogleTest binaries (TSan on guardjit's code)"
   # One process per binary; GUARDJIT_STRESS_SECONDS lengthens the stress test.
-  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$SUPP/tsan.supp"
+  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:allocator_may_return_null=1:suppressions=$SUPP/tsan.supp"
   for T in build/tsan/tests/unit/*/Guardjit*Tests; do
     echo "--- $T"
     "$T" --gtest_filter="${1:-*}" --gtest_brief=1

@@ -29,13 +29,20 @@ PyTypeObject *HolderType = nullptr;
 
 // METH_O: Dynamo's LAMBDA_GUARD calls this with the frame locals dict and
 // treats a true result as a pass.
+// The holder is kept alive for the call (one non-atomic increment, under the
+// GIL): a guard that calls Python may let another thread run, and if that
+// thread drops the last reference to the root (torch._dynamo.reset(), an
+// eviction), the target, its bound set and the code running now must
+// outlive this call; they go with the final Py_DECREF, after it returned.
 PyObject *callCheck(PyObject *Self, PyObject *FrameLocals) {
+  Py_INCREF(Self);
   CheckTarget &T = **reinterpret_cast<HolderObject *>(Self)->Target;
   ++T.Calls;
   CheckFn Fn = T.Fn.load(std::memory_order_acquire);
   int Ok = Fn ? Fn(FrameLocals) : interpret(*T.Bound, FrameLocals);
   if (!Ok)
     ++T.Failures;
+  Py_DECREF(Self);
   return Py_NewRef(Ok ? Py_True : Py_False);
 }
 

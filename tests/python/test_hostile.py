@@ -99,13 +99,17 @@ def _all_cases():
 
 
 ALL = _all_cases()
+# Under AddressSanitizer (scripts/sanitize.sh asan) freed blocks sit in a
+# quarantine and no address is handed out again soon; a guard reading the
+# freed object would be a use-after-free report instead.
+UNDER_ASAN = "libasan" in os.environ.get("LD_PRELOAD", "")
 
 
 @pytest.mark.parametrize("name", ALL)
 def test_case_matches_plain_torch(name):
     gj, plain = _run_cases([name], True), _run_cases([name], False)
     _compare(gj, plain)
-    if name.startswith("freed_"):  # the freed address was handed out again, in both runs
+    if name.startswith("freed_") and not UNDER_ASAN:  # the address was handed out again
         assert gj[name]["reused"] and plain[name]["reused"], (gj[name], plain[name])
 
 

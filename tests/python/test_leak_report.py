@@ -16,6 +16,9 @@ TORCH_FRAME = ("    #1 0x7f56f17fabf8 in torch::impl::PythonSymNodeImpl::dispatc
                " (/site-packages/torch/lib/libtorch_python.so+0x9fabf8)")
 OUR_FRAME = ("    #2 0x7f56f17fac00 in guardjit::BoundGuardSet::bind(_object*)"
              f" {ROOT}/lib/Runtime/BoundGuardSet.cpp:120")
+# DWARF names a source file relative to the build directory, and a pybind11
+# lambda is only "operator()": the file alone makes it guardjit's.
+OUR_LAMBDA_FRAME = "    #1 0x7f56f17fac00 in operator() ../../../python/src/Module.cpp:455"
 NUMPY_FRAME = ("    #1 0x7f56f1700000 in init_unknown_thing"
                " (/site-packages/numpy/_core/_other.so+0x1000)")
 
@@ -48,6 +51,11 @@ def test_a_guardjit_frame_fails_even_under_a_matching_suppression(tmp_path):
     r = judge(tmp_path, report([OUR_FRAME, TORCH_FRAME]))
     assert r.returncode == 1
     assert "1 with a guardjit frame" in r.stdout and "BoundGuardSet::bind" in r.stdout
+
+
+def test_a_frame_in_a_source_file_of_this_tree_is_guardjits(tmp_path):
+    r = judge(tmp_path, report([OUR_LAMBDA_FRAME]))
+    assert r.returncode == 1 and "1 with a guardjit frame" in r.stdout
 
 
 def test_an_unexplained_leak_fails(tmp_path):

@@ -25,7 +25,10 @@ HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 LEAK_HEAD = re.compile(r"^(Direct|Indirect) leak of (\d+) byte\(s\) in (\d+) object\(s\)")
 FRAME = re.compile(r"^\s+#(\d+) 0x[0-9a-f]+ (?:in (?P<fn>.+?) )?(?P<where>\S+)$")
-OURS = (f"{ROOT}/lib/", f"{ROOT}/python/src/", f"{ROOT}/include/guardjit/", "guardjit/_core")
+# A source file of this tree, as DWARF names it (absolute, or relative to
+# the build directory), or the installed extension module.
+OURS = re.compile(r"(?:^|/)(?:lib/(?:IR|Import|JIT|Runtime|Tools|TorchRuntime|Transforms)"
+                  r"|python/src|include/guardjit)/[^/]+\.(?:cpp|h|def)\b|guardjit/_core")
 SKIP = ("__interceptor_", "malloc", "calloc", "realloc", "operator new", "PyMem_",
         "PyObject_Malloc", "_PyObject_", "PyObject_Realloc", "gc_alloc", "PyUnicode_New",
         "PyFloat_From", "PyTuple_", "PyList_New", "PyDict_New")
@@ -57,8 +60,7 @@ def load_suppressions(path: pathlib.Path) -> list[str]:
 
 
 def is_ours(leak: dict) -> bool:
-    return any(fn.startswith("guardjit::") or " guardjit::" in fn or any(o in where for o in OURS)
-               for fn, where in leak["frames"])
+    return any("guardjit::" in fn or OURS.search(where) for fn, where in leak["frames"])
 
 
 def suppressed_by(leak: dict, pats: list[str]) -> str | None:
