@@ -10,7 +10,8 @@
 #        guardjit's code. PYTEST_ARGS default to the whole suite.
 #   scripts/sanitize.sh tsan [GTEST_FILTER]     TSan: the GoogleTest binaries
 #        (build/tsan), the concurrency stress test among them (longer with
-#        GUARDJIT_STRESS_SECONDS=N).
+#        GUARDJIT_STRESS_SECONDS=N), then the thread tests of pytest against
+#        the TSan build of guardjit._core (build/tsan/venv).
 #
 # Environment: PYTHON (default python3), LEAK_CYCLES (default 5),
 # SKIP_SETUP=1 to skip scripts/setup.sh.
@@ -86,6 +87,17 @@ tsan)
     echo "--- $T"
     "$T" --gtest_filter="${1:-*}" --gtest_brief=1
   done
+  echo "==> tsan: guardjit._core with TSan into build/tsan/venv; the thread tests"
+  [ -x build/tsan/venv/bin/python ] || "$PY" -m venv --system-site-packages build/tsan/venv
+  build/tsan/venv/bin/python -m pip install -q --disable-pip-version-check \
+    --no-build-isolation --no-deps -C build-dir=build/tsan/py \
+    -C cmake.build-type=RelWithDebInfo -C "cmake.define.GUARDJIT_SANITIZE=thread" . 2>&1 \
+    | grep -v "^WARNING" || true
+  # The fork test is left out: TSan does not start threads in a child forked
+  # from a multi-threaded process.
+  LD_PRELOAD="$(gcc -print-file-name=libtsan.so)" \
+    build/tsan/venv/bin/python -m pytest -q -p no:cacheprovider tests/python/test_tier_up.py \
+    tests/python/test_threads.py tests/python/test_stance_roots.py -k "not fork"
   ;;
 *)
   echo "unknown mode $MODE (asan or tsan)" >&2; exit 2 ;;
