@@ -288,3 +288,47 @@ def test_wrapping_builtin_str_is_undone():
     errors = _apply_and_undo(mutations.Step("o.wrap", "L['b']['str']"), {"b": builtins.__dict__})
     assert builtins.str is real, "builtins.str left wrapped"
     assert errors == []
+
+
+# --- torch's dict-tag fast path passes a stale state (program:7017:dict_tags) -
+
+def test_dict_tag_fast_path_pass_that_the_whole_tree_fails_is_torchs():
+    """Seed 7: with use_recursive_dict_tags_for_guards, reassigning
+    ``L['self'].__class__`` changes no dict version, so Dynamo's check passes
+    through its tag fast path; its whole tree (check_verbose) fails on the
+    type id, and so does guardjit (a recompile). Counted as torch's
+    behaviour, not as a disagreement; without dict tags Dynamo fails too."""
+    from guardjit.fuzz.mutations import Case, Step
+
+    case = Case(0, [Step("o.class", "L['self']")])
+    t = targets.TargetSpec("program", "7017", "dict_tags").build()
+    try:
+        (u,) = oracle.run_case(t, case).units
+        assert u.expected is True and u.dynamo_full is False
+        assert all(a is False for k, a in u.answers.items() if k != "dynamo"), u.answers
+        assert u.stale_tag_pass
+    finally:
+        t.close()
+    t = targets.TargetSpec("program", "7017", "default").build()
+    try:
+        v = oracle.run_case(t, case)
+        assert not v.disagrees and v.units[0].expected is False
+    finally:
+        t.close()
+
+
+def test_a_guardjit_checker_passing_with_torchs_fast_path_is_still_a_disagreement():
+    from guardjit.fuzz.mutations import Case
+    from guardjit.fuzz.oracle import UnitAnswers, Verdict
+
+    stale = UnitAnswers(0, "0/0", {"dynamo": True, "interpreter": False, "native": False},
+                        dynamo_full=False)
+    assert Verdict(Case(0, []), 1, [], [stale], []).only_stale_tag_passes
+    # One guardjit checker agreeing with the fast path: the checkers disagree.
+    split = UnitAnswers(0, "0/0", {"dynamo": True, "interpreter": True, "native": False},
+                        dynamo_full=False)
+    assert not Verdict(Case(0, []), 1, [], [split], []).only_stale_tag_passes
+    # Dynamo's whole tree passes too: guardjit fails alone.
+    wrong = UnitAnswers(0, "0/0", {"dynamo": True, "interpreter": False, "native": False},
+                        dynamo_full=True)
+    assert not Verdict(Case(0, []), 1, [], [wrong], []).only_stale_tag_passes

@@ -61,7 +61,9 @@ class Summary:
             f"  check level: {c['check']} cases ({c['steps']} steps applied, "
             f"{c['skipped_steps']} did not fit), {c['unit_checks']} unit checks: Dynamo "
             f"passed {c['dynamo_pass']}, rejected {c['dynamo_fail']}, raised {c['dynamo_raise']}; "
-            f"units on Dynamo's path {c['units_dynamo_path']}",
+            f"units on Dynamo's path {c['units_dynamo_path']}; passed only by torch's "
+            f"dict-tag fast path (guardjit and Dynamo's whole tree fail) "
+            f"{c['check_dict_tag_stale']}",
             f"  end to end: {c['e2e']} runs ({c['e2e_both_raise']} raised in eager and "
             f"compiled; {c['e2e_torch_same']} differ from eager exactly as plain torch.compile "
             f"does, {c['e2e_torch_fresh']} more in fresh processes, {c['e2e_unsafe_filter']} "
@@ -229,7 +231,15 @@ def _run_check_target(spec: targets.TargetSpec, n: int, seed: int, summary: Summ
                 exp = ua.expected
                 c["dynamo_pass" if exp is True else "dynamo_fail" if exp is False
                   else "dynamo_raise"] += 1
-            if verdict.disagrees:
+            if verdict.only_stale_tag_passes:
+                # torch's dict-tag fast path passed what its whole tree fails;
+                # guardjit fails it (a recompile): torch's behaviour.
+                c["check_dict_tag_stale"] += 1
+                if len(summary.torch_behaviour) < 50:
+                    summary.torch_behaviour.append(
+                        f"{spec.key}: Dynamo's dict-tag fast path passes what its whole tree "
+                        f"and guardjit fail, after {[str(s) for s in case.steps]}")
+            elif verdict.disagrees:
                 c["check_disagree"] += 1
                 _save_check(target, case, verdict, summary, out_dir, override, minimize)
             ran_e2e = False

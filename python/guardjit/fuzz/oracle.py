@@ -31,6 +31,9 @@ class UnitAnswers:
     unit: int
     name: str
     answers: dict[str, Any]  # checker name -> True | False | "raise T"
+    # Dynamo's whole tree (check_verbose, which skips no subtree), asked only
+    # when Dynamo's check passes and another checker does not.
+    dynamo_full: Any = None
 
     @property
     def expected(self) -> Any:
@@ -39,6 +42,17 @@ class UnitAnswers:
     @property
     def disagrees(self) -> bool:
         return any(a != self.expected for a in self.answers.values())
+
+    @property
+    def stale_tag_pass(self) -> bool:
+        """Dynamo's check passed only through its dict-tag fast path
+        (``use_recursive_dict_tags_for_guards``): its own whole tree fails,
+        and so does every guardjit checker. A mutation no dict version sees
+        (``__class__`` reassigned, ``__defaults__`` changed in place) leaves
+        the tags as they were; guardjit recompiles, torch would serve the old
+        graph. Torch's behaviour, counted apart."""
+        return (self.expected is True and self.dynamo_full is False
+                and all(a is False for k, a in self.answers.items() if k != "dynamo"))
 
 
 @dataclasses.dataclass
@@ -52,6 +66,12 @@ class Verdict:
     @property
     def disagrees(self) -> bool:
         return any(u.disagrees for u in self.units)
+
+    @property
+    def only_stale_tag_passes(self) -> bool:
+        """Every unit that disagrees is a stale pass of torch's dict-tag fast
+        path (UnitAnswers.stale_tag_pass)."""
+        return self.disagrees and all(u.stale_tag_pass for u in self.units if u.disagrees)
 
     @property
     def chosen(self) -> UnitAnswers:
@@ -95,7 +115,10 @@ def apply_steps(target: Target, case: Case, undo: Undo) -> tuple[Env, int, list[
 def run_case(target: Target, case: Case, override: CheckerOverride | None = None,
              after: Callable[[Env], None] | None = None) -> Verdict:
     """Applies ``case``, asks every checker of every unit, undoes the case.
-    ``after(env)`` runs with the mutations applied (the end-to-end sample)."""
+    ``after(env)`` runs with the mutations applied (the end-to-end sample).
+    Under the ``dict_tags`` option, a unit Dynamo passes and another checker
+    does not is also asked of Dynamo's whole tree (UnitAnswers.dynamo_full)."""
+    dict_tags = getattr(getattr(target, "spec", None), "option", None) == "dict_tags"
     undo = Undo()
     try:
         env, applied, skipped = apply_steps(target, case, undo)
@@ -105,8 +128,13 @@ def run_case(target: Target, case: Case, override: CheckerOverride | None = None
             checkers = u.checkers()
             if override is not None:
                 checkers = override(i, checkers)
-            results.append(UnitAnswers(i, u.name, {k: answer(fn, fl)
-                                                   for k, fn in checkers.items()}))
+            ua = UnitAnswers(i, u.name, {k: answer(fn, fl) for k, fn in checkers.items()})
+            if ua.disagrees and ua.expected is True and dict_tags:
+                try:
+                    ua.dynamo_full = bool(u.dynamo_root.check_verbose(fl).result)
+                except Exception as e:  # noqa: BLE001 - a raise is an answer too
+                    ua.dynamo_full = f"raise {type(e).__name__}"
+            results.append(ua)
         if after is not None:
             after(env)
     finally:
