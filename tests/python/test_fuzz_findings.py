@@ -332,3 +332,43 @@ def test_a_guardjit_checker_passing_with_torchs_fast_path_is_still_a_disagreemen
     wrong = UnitAnswers(0, "0/0", {"dynamo": True, "interpreter": False, "native": False},
                         dynamo_full=True)
     assert not Verdict(Case(0, []), 1, [], [wrong], []).only_stale_tag_passes
+
+
+# --- Seed 7 on main, stop 19: end-to-end cases no result could be judged by -
+
+def test_a_case_that_breaks_the_harness_in_both_fresh_processes_is_not_judged():
+    """``delete ...inspect.signature.__kwdefaults__['eval_str']`` (bert) and
+    ``delete ...llama.torch.nn``: the fuzzer's own calls raise in the
+    fuzzer's process and in both fresh children, whichever side runs."""
+    from guardjit.fuzz.isolate import Isolated, SideResult
+
+    err = "error: exit 1: AttributeError: module 'torch' has no attribute 'nn'"
+    assert Isolated(SideResult("guardjit", err, None, "", None),
+                    SideResult("plain", err, None, "", None)).harness_broken
+    # One side failing, or failing otherwise, or timing out: not the harness.
+    a = __import__("torch").ones(2)
+    assert not Isolated(SideResult("guardjit", err, None, "", None),
+                        SideResult("plain", "value", a, "value", a)).harness_broken
+    assert not Isolated(SideResult("guardjit", err, None, "", None),
+                        SideResult("plain", "error: exit 1: TypeError: x", None, "",
+                                   None)).harness_broken
+    timeout = "error: timed out after 600 s"
+    assert not Isolated(SideResult("guardjit", timeout, None, "", None),
+                        SideResult("plain", timeout, None, "", None)).harness_broken
+
+
+def test_a_meta_tensor_case_is_not_run_end_to_end():
+    """``t.meta`` on param-heavy's head weight: eager returns uninitialized
+    memory (-1.7e38 on CPU), so its result cannot be compared; the check
+    level still runs the case."""
+    from guardjit.fuzz import e2e
+    from guardjit.fuzz.mutations import Case, Step
+
+    t = targets.TargetSpec("corpus", "mlp", "default").build()
+    try:
+        src = next(s for s in ("L['self']._modules['up']._parameters['weight']",
+                               "L['x']") if s in t.units[0].ir_text)
+        assert e2e.eligible(t, Case(0, [Step("t.fresh", src)]))
+        assert not e2e.eligible(t, Case(0, [Step("t.meta", src)]))
+    finally:
+        t.close()

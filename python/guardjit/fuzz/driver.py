@@ -68,7 +68,8 @@ class Summary:
             f"compiled; {c['e2e_torch_same']} differ from eager exactly as plain torch.compile "
             f"does, {c['e2e_torch_fresh']} more in fresh processes, {c['e2e_unsafe_filter']} "
             f"under an unsafe filter; {c['e2e_unreproduced']} not reproduced in fresh "
-            f"processes)",
+            f"processes, {c['e2e_unjudged']} not judged: the case broke the fuzzer's own "
+            f"calls)",
             f"  stance: {c['stance']} probes ({c['stance_calls']} judged calls)",
             f"  disagreements: check {c['check_disagree']}, end to end {c['e2e_mismatch']}, "
             f"stance misroutes {c['stance_misroute']}; undo errors {c['undo_errors']}, "
@@ -316,6 +317,15 @@ def _e2e(target: targets.Target, case: mutations.Case, summary: Summary, out_dir
             summary.torch_behaviour.append(
                 f"{target.spec.key}: end to end {r!r} after {steps} "
                 f"(e2e sample {len(history)} of the target); {iso!r}")
+            return
+        if r.compiled.startswith("driver error") and iso.harness_broken:
+            # The case broke the fuzzer's own code (it deleted torch.nn or a
+            # keyword default of inspect.signature) in every process: no
+            # result of either side could be judged.
+            c["e2e_unjudged"] += 1
+            summary.unreproduced.append(
+                f"{target.spec.key}: not judged, the case breaks the fuzzer's own calls in "
+                f"every process: {r!r} after {steps}; {iso!r}")
             return
         if iso.unreproduced:
             c["e2e_unreproduced"] += 1

@@ -90,6 +90,14 @@ class Isolated:
         return (not self.failed and g.agrees_with_eager and p.agrees_with_eager
                 and same(g.how_out, g.out, p.how_out, p.out))
 
+    @property
+    def harness_broken(self) -> bool:
+        """Both children failed before any result, with the same error: the
+        replayed case breaks the fuzzer's own code, whichever side runs."""
+        g, p = self.guardjit, self.plain
+        return (g.how_ref.startswith("error: exit") and p.how_ref.startswith("error: exit")
+                and g.how_ref.split(":", 2)[-1] == p.how_ref.split(":", 2)[-1])
+
     def __repr__(self) -> str:
         return f"fresh processes: {self.guardjit!r}; {self.plain!r}"
 
