@@ -44,6 +44,8 @@ class Summary:
     torch_behaviour: list[str] = dataclasses.field(default_factory=list)
     # In-process mismatches that fresh processes do not reproduce (isolate.py).
     unreproduced: list[str] = dataclasses.field(default_factory=list)
+    # Cases that broke the fuzzer's own calls in every process: no verdict.
+    unjudged: list[str] = dataclasses.field(default_factory=list)
     build_errors: list[str] = dataclasses.field(default_factory=list)
     targets: int = 0
 
@@ -84,6 +86,8 @@ class Summary:
             lines.append(f"  torch's behaviour: {d}")
         for d in self.unreproduced[:10]:
             lines.append(f"  not reproduced in fresh processes: {d}")
+        for d in self.unjudged[:10]:
+            lines.append(f"  not judged (the case breaks the fuzzer's own calls): {d}")
         for p in self.reproducers[:20]:
             lines.append(f"  reproducer: {p}")
         return "\n".join(lines)
@@ -94,6 +98,7 @@ class Summary:
                 "reproducers": self.reproducers, "disagreements": self.disagreements,
                 "torch_behaviour": self.torch_behaviour,
                 "unreproduced": self.unreproduced,
+                "unjudged": self.unjudged,
                 "build_errors": self.build_errors}
 
 
@@ -323,9 +328,7 @@ def _e2e(target: targets.Target, case: mutations.Case, summary: Summary, out_dir
             # keyword default of inspect.signature) in every process: no
             # result of either side could be judged.
             c["e2e_unjudged"] += 1
-            summary.unreproduced.append(
-                f"{target.spec.key}: not judged, the case breaks the fuzzer's own calls in "
-                f"every process: {r!r} after {steps}; {iso!r}")
+            summary.unjudged.append(f"{target.spec.key}: {r!r} after {steps}; {iso!r}")
             return
         if iso.unreproduced:
             c["e2e_unreproduced"] += 1
