@@ -49,6 +49,8 @@
 
 #include "gtest/gtest.h"
 
+#include "JITTestSupport.h"
+
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -61,27 +63,13 @@
 #include <vector>
 
 using namespace guardjit;
+using guardjit::test::Ref;
+using guardjit::test::SetBuilder;
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-/// An owned reference; destroy with the GIL held.
-class Ref {
-public:
-  Ref() = default;
-  explicit Ref(PyObject *P) : P(P) {}
-  Ref(Ref &&O) noexcept : P(std::exchange(O.P, nullptr)) {}
-  Ref &operator=(Ref &&O) noexcept {
-    std::swap(P, O.P);
-    return *this;
-  }
-  ~Ref() { Py_XDECREF(P); }
-  PyObject *get() const { return P; }
-
-private:
-  PyObject *P = nullptr;
-};
 
 const char *const Prelude = R"py(
 class C:
@@ -154,65 +142,6 @@ Ref eval(const char *Expr) {
   return Ref(R);
 }
 
-/// Builds one unit's guard set over live objects (GIL held).
-class SetBuilder {
-public:
-  explicit SetBuilder(std::string Name)
-      : S(std::make_shared<GuardSet>(std::move(Name))) {}
-
-  ObjectId object(PyObject *O, ObjectKind K, bool Strong = false) {
-    ObjectEntry E;
-    E.Kind = K;
-    E.Strong = Strong;
-    E.Address = reinterpret_cast<uintptr_t>(O);
-    E.Repr = "<stress object>";
-    Keep.emplace_back(Py_NewRef(O));
-    return S->addObject(std::move(E));
-  }
-  ObjectId str(const char *Text) {
-    Ref R(PyUnicode_InternFromString(Text));
-    return object(R.get(), ObjectKind::Key, /*Strong=*/true);
-  }
-  ValueId local(const char *Name) {
-    Value V;
-    V.Kind = AccessorKind::FrameLocal;
-    V.Parent = GuardSet::root();
-    V.Name = Name;
-    V.Key = str(Name);
-    V.Source = std::string("L['") + Name + "']";
-    return S->getOrAddValue(std::move(V));
-  }
-  ValueId keyed(AccessorKind K, ValueId Parent, const char *Name) {
-    Value V;
-    V.Kind = K;
-    V.Parent = Parent;
-    V.Name = Name;
-    V.Key = str(Name);
-    V.Source = S->value(Parent).Source + "." + Name;
-    return S->getOrAddValue(std::move(V));
-  }
-  ValueId indexed(AccessorKind K, ValueId Parent, int64_t Index) {
-    Value V;
-    V.Kind = K;
-    V.Parent = Parent;
-    V.Index = Index;
-    V.Source = S->value(Parent).Source + "[" + std::to_string(Index) + "]";
-    return S->getOrAddValue(std::move(V));
-  }
-  void guard(GuardKind K, std::vector<ValueId> Ops, ObjectId Obj = InvalidId,
-             int64_t Int = 0) {
-    Guard G;
-    G.Kind = K;
-    G.Operands = std::move(Ops);
-    G.Object = Obj;
-    G.Int = Int;
-    G.Attrs.Source = G.Operands.empty() ? "" : S->value(G.Operands[0]).Source;
-    S->addGuard(std::move(G));
-  }
-
-  std::shared_ptr<GuardSet> S;
-  std::vector<Ref> Keep;
-};
 
 /// One compiled version of a unit as checkers see it. Every field is written
 /// before the version is published and never after.

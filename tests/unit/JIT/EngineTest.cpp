@@ -16,10 +16,14 @@
 
 #include "gtest/gtest.h"
 
+#include "JITTestSupport.h"
+
 #include <fstream>
 #include <thread>
 
 using namespace guardjit;
+using guardjit::test::Ref;
+using guardjit::test::SetBuilder;
 
 namespace {
 
@@ -34,24 +38,6 @@ public:
 };
 ::testing::Environment *const PyEnv =
     ::testing::AddGlobalTestEnvironment(new PythonEnvironment);
-
-/// An owned reference.
-class Ref {
-public:
-  Ref() = default;
-  explicit Ref(PyObject *P) : P(P) {}
-  Ref(Ref &&O) noexcept : P(std::exchange(O.P, nullptr)) {}
-  Ref &operator=(Ref &&O) noexcept {
-    std::swap(P, O.P);
-    return *this;
-  }
-  ~Ref() { Py_XDECREF(P); }
-  PyObject *get() const { return P; }
-  explicit operator bool() const { return P; }
-
-private:
-  PyObject *P = nullptr;
-};
 
 const char *const Prelude = R"py(
 import math
@@ -144,95 +130,6 @@ void exec(const char *Src) {
   Py_XDECREF(R);
 }
 
-/// Builds a guard set whose object table points at live objects.
-class SetBuilder {
-public:
-  SetBuilder() : S(std::make_shared<GuardSet>("test set")) {}
-
-  ObjectId object(PyObject *O, ObjectKind K = ObjectKind::Object,
-                  bool Strong = false) {
-    ObjectEntry E;
-    E.Kind = K;
-    E.Strong = Strong;
-    E.Address = reinterpret_cast<uintptr_t>(O);
-    Ref R(PyObject_Repr(O));
-    E.Repr = R ? PyUnicode_AsUTF8(R.get()) : "?";
-    PyErr_Clear();
-    Keep.emplace_back(Py_NewRef(O)); // the test keeps every object alive
-    return S->addObject(std::move(E));
-  }
-  ObjectId str(const char *Text) {
-    Ref R(PyUnicode_InternFromString(Text));
-    return object(R.get(), ObjectKind::Key, /*Strong=*/true);
-  }
-
-  ValueId local(const char *Name) {
-    Value V;
-    V.Kind = AccessorKind::FrameLocal;
-    V.Parent = GuardSet::root();
-    V.Name = Name;
-    V.Key = str(Name);
-    V.Source = std::string("L['") + Name + "']";
-    return S->getOrAddValue(std::move(V));
-  }
-  ValueId keyed(AccessorKind K, ValueId Parent, const char *Name) {
-    Value V;
-    V.Kind = K;
-    V.Parent = Parent;
-    V.Name = Name;
-    V.Key = str(Name);
-    V.Source = S->value(Parent).Source + "." + Name;
-    return S->getOrAddValue(std::move(V));
-  }
-  ValueId indexed(AccessorKind K, ValueId Parent, int64_t Index) {
-    Value V;
-    V.Kind = K;
-    V.Parent = Parent;
-    V.Index = Index;
-    V.Source = S->value(Parent).Source + "[" + std::to_string(Index) + "]";
-    return S->getOrAddValue(std::move(V));
-  }
-  ValueId unary(AccessorKind K, ValueId Parent) {
-    return indexed(K, Parent, -1);
-  }
-  ValueId globals(PyObject *Dict) {
-    Value V;
-    V.Kind = AccessorKind::Globals;
-    V.Parent = GuardSet::root();
-    V.Key = object(Dict, ObjectKind::Dict);
-    V.Source = "G";
-    return S->getOrAddValue(std::move(V));
-  }
-
-  void guard(GuardKind K, std::vector<ValueId> Ops, ObjectId Obj = InvalidId,
-             int64_t Int = 0) {
-    Guard G;
-    G.Kind = K;
-    G.Operands = std::move(Ops);
-    G.Object = Obj;
-    G.Int = Int;
-    G.Attrs.Source = G.Operands.empty() ? "" : S->value(G.Operands[0]).Source;
-    S->addGuard(std::move(G));
-  }
-
-  /// A TENSOR_MATCH whose spec names `PyType`; `Int` feeds the fake hooks.
-  void tensorGuard(ValueId Op, PyObject *PyType, int64_t Int) {
-    TensorSpec Spec;
-    Spec.PyType = object(PyType, ObjectKind::Type);
-    guard(GuardKind::TensorMatch, {Op}, InvalidId, Int);
-    S->guards().back().Tensor = S->addTensorSpec(std::move(Spec));
-  }
-
-  std::unique_ptr<BoundGuardSet> bind() {
-    std::string Error;
-    auto B = BoundGuardSet::bind(S, &Error);
-    EXPECT_TRUE(B) << Error;
-    return B;
-  }
-
-  std::shared_ptr<GuardSet> S;
-  std::vector<Ref> Keep;
-};
 
 std::string describe(PyObject *O) {
   Ref R(PyObject_Repr(O));
