@@ -41,7 +41,7 @@ asan)
   # object would be reported. allocator_may_return_null: a test asks CPython
   # for a string of 2^53 bytes and expects a MemoryError.
   PYTHONMALLOC=malloc \
-  ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1:strict_string_checks=1" \
+  ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1" \
   LSAN_OPTIONS="suppressions=$SUPP/lsan.supp:print_suppressions=0" \
     ctest --preset asan -j 1
 
@@ -58,7 +58,7 @@ asan)
   echo "==> asan: pytest (PYTHONMALLOC=malloc; leaks are checked in the next step)"
   # detect_leaks=0: CPython and torch keep memory to the end of the process by
   # design; the leak step below looks at guardjit's frames only.
-  # The rerun of pytest in child processes inherits these variables.
+  # The child processes the tests start inherit these variables.
   LD_PRELOAD="$PRELOAD" PYTHONMALLOC=malloc \
   ASAN_OPTIONS="detect_leaks=0:allocator_may_return_null=1" \
     "$VPY" -m pytest -q -p no:cacheprovider tests/python "$@"
