@@ -123,15 +123,7 @@ def make_inputs(u, has_lambda, has_type_id):
 
 /// The namespace of the prelude (borrowed, lives forever). GIL held.
 PyObject *prelude() {
-  static PyObject *NS = [] {
-    PyObject *D = PyDict_New();
-    PyDict_SetItemString(D, "__builtins__", PyEval_GetBuiltins());
-    PyObject *R = PyRun_String(Prelude, Py_file_input, D, D);
-    if (!R)
-      PyErr_Print();
-    Py_XDECREF(R);
-    return D;
-  }();
+  static PyObject *NS = guardjit::test::runPrelude(Prelude);
   return NS;
 }
 

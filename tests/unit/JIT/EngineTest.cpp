@@ -100,15 +100,7 @@ gv = 'global value'
 
 /// The namespace every test reads its objects from (borrowed, lives forever).
 PyObject *prelude() {
-  static PyObject *NS = [] {
-    PyObject *D = PyDict_New();
-    PyDict_SetItemString(D, "__builtins__", PyEval_GetBuiltins());
-    PyObject *R = PyRun_String(Prelude, Py_file_input, D, D);
-    if (!R)
-      PyErr_Print();
-    Py_XDECREF(R);
-    return D;
-  }();
+  static PyObject *NS = guardjit::test::runPrelude(Prelude);
   return NS;
 }
 

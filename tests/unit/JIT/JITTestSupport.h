@@ -39,6 +39,18 @@ private:
   PyObject *P = nullptr;
 };
 
+/// A fresh module namespace with `Source` run in it (a new reference that
+/// the caller keeps for the process). A failing source prints its error.
+inline PyObject *runPrelude(const char *Source) {
+  PyObject *D = PyDict_New();
+  PyDict_SetItemString(D, "__builtins__", PyEval_GetBuiltins());
+  PyObject *R = PyRun_String(Source, Py_file_input, D, D);
+  if (!R)
+    PyErr_Print();
+  Py_XDECREF(R);
+  return D;
+}
+
 /// Builds a guard set whose object table points at live objects.
 class SetBuilder {
 public:
