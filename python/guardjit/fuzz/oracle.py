@@ -118,7 +118,7 @@ def run_case(target: Target, case: Case, override: CheckerOverride | None = None
     ``after(env)`` runs with the mutations applied (the end-to-end sample).
     Under the ``dict_tags`` option, a unit Dynamo passes and another checker
     does not is also asked of Dynamo's whole tree (UnitAnswers.dynamo_full)."""
-    dict_tags = getattr(getattr(target, "spec", None), "option", None) == "dict_tags"
+    dict_tags = target.spec.option == "dict_tags"
     undo = Undo()
     try:
         env, applied, skipped = apply_steps(target, case, undo)
