@@ -249,6 +249,10 @@ private:
              Twine(Kind) + " needs index=N (a dimension) with N >= 0");
     if (V.Kind == AccessorKind::TensorStorageOffset && V.Index != -1)
       report(Diag::Value, I, Diag::Whole, Twine(Kind) + " takes no index");
+    if (V.Kind == AccessorKind::Recorded &&
+        (V.Index < 0 || V.Parent != GuardSet::root()))
+      report(Diag::Value, I, Diag::Whole,
+             "recorded needs the root as parent and index=N with N >= 0");
     if (needsDictIndex(V.Kind) && V.Index < 0)
       report(Diag::Value, I, Diag::Whole,
              Twine(Kind) + " needs index=N with N >= 0");

@@ -228,12 +228,20 @@ void Lowerer::emitValue(ValueId Id, LoweringStats &Stats) {
     return;
   }
   std::string Name = prefix('v', Id);
+  if (V.Kind == AccessorKind::Recorded) {
+    // A slot of the bound set's recorded-object table, filled by subtree
+    // skipping before this code runs: one load, never null then.
+    Vals[Id] = recordedSlot(V.Index, Name);
+    ++Stats.NumInlineReads;
+    return;
+  }
   beginBlock(Name + "." + spelling(V.Kind));
   llvm::Value *Parent = Vals[V.Parent];
   llvm::Value *Result = nullptr;
   switch (V.Kind) {
   case AccessorKind::Root:
   case AccessorKind::Globals:
+  case AccessorKind::Recorded:
     llvm_unreachable("handled above");
   case AccessorKind::Type:
     assert(!accessorReturnsNewRef(V.Kind) && "inline type() is borrowed");

@@ -68,6 +68,17 @@ private:
     return BS ? pointer(BS->guardCache(GuardIndex))
               : symbol("gj.memo.g" + llvm::Twine(GuardIndex));
   }
+  /// Slot `Index` of the recorded-object table (BoundGuardSet::recordedSlots),
+  /// loaded: a borrowed `PyObject*` that subtree skipping wrote.
+  llvm::Value *recordedSlot(int64_t Index, const std::string &Name) {
+    llvm::Constant *Table =
+        BS ? pointer(BS->recordedSlots()) : symbol("gj.recorded");
+    llvm::Value *Addr = B.CreateConstInBoundsGEP1_64(
+        PtrTy, Table, static_cast<uint64_t>(Index), Name + ".slot");
+    auto *L = B.CreateAlignedLoad(PtrTy, Addr, llvm::Align(8), Name);
+    L->setMetadata(llvm::LLVMContext::MD_nonnull, llvm::MDNode::get(Ctx, {}));
+    return L;
+  }
   /// An external global named `Name` (symbolic lowering only).
   llvm::Constant *symbol(const llvm::Twine &Name) {
     return M.getOrInsertGlobal(Name.str(), B.getInt8Ty());

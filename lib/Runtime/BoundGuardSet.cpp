@@ -118,6 +118,10 @@ BoundGuardSet::bind(std::shared_ptr<const GuardSet> SetPtr,
       return Fail(describeValue(S, V) + ": only value #0 may be the root");
     if (Val.Parent >= V)
       return Fail(describeValue(S, V) + ": parent must precede the value");
+    if (Val.Kind == AccessorKind::Recorded &&
+        (Val.Index < 0 || Val.Parent != GuardSet::root()))
+      return Fail(describeValue(S, V) +
+                  ": recorded needs the root as parent and an index >= 0");
     if (!accessorReadsKey(Val.Kind))
       continue;
     if (!objectOk(Val.Key))
@@ -252,6 +256,13 @@ BoundGuardSet::bind(std::shared_ptr<const GuardSet> SetPtr,
       B->GuardMemo[G] = NumMemos++;
   }
   B->Memos = std::make_unique<DictReadCache[]>(NumMemos);
+
+  // Recorded-object slots (subtree skipping's residual sets), all null.
+  size_t NumRecorded = 0;
+  for (const Value &Val : S.values())
+    if (Val.Kind == AccessorKind::Recorded)
+      NumRecorded = std::max(NumRecorded, static_cast<size_t>(Val.Index) + 1);
+  B->RecordedSlots.assign(NumRecorded, nullptr);
 
   // 6. Payloads. Identical unmarked DIMENSION_DYNAMIC_MARKING specs (one
   // per tensor, nearly all the same) share one payload: a cold check then

@@ -87,7 +87,8 @@ private:
 class Evaluator {
 public:
   Evaluator(const BoundGuardSet &B, PyObject *FrameLocals, EvalFrame &F)
-      : S(B.set()), Objs(B.objects()), FrameLocals(FrameLocals), F(F) {}
+      : S(B.set()), Objs(B.objects()), Recorded(B.recordedSlots()),
+        FrameLocals(FrameLocals), F(F) {}
 
   /// Reads value `Id` (and its ancestors) if not yet read this call.
   /// Returns nullptr when some read on the path fails.
@@ -96,7 +97,8 @@ public:
       return F.Values[Id];
     const Value &V = S.value(Id);
     PyObject *Parent = nullptr;
-    if (V.Kind != AccessorKind::Root && V.Kind != AccessorKind::Globals) {
+    if (V.Kind != AccessorKind::Root && V.Kind != AccessorKind::Globals &&
+        V.Kind != AccessorKind::Recorded) {
       Parent = get(V.Parent);
       if (!Parent)
         return nullptr;
@@ -172,12 +174,15 @@ private:
       return gj_rt_tensor_property(Parent, 1, V.Index);
     case AccessorKind::TensorStorageOffset:
       return gj_rt_tensor_property(Parent, 2, V.Index);
+    case AccessorKind::Recorded:
+      return Recorded[V.Index];
     }
     return nullptr;
   }
 
   const GuardSet &S;
   PyObject *const *Objs;
+  PyObject *const *Recorded;
   PyObject *FrameLocals;
   EvalFrame &F;
 };

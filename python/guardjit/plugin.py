@@ -102,6 +102,15 @@ class Config:
     # guards. GUARDJIT_DIFFSET_POLICY sets it for the process.
     diffset_policy: str = dataclasses.field(
         default_factory=lambda: os.environ.get("GUARDJIT_DIFFSET_POLICY", "torch-compatible"))
+    # Sound subtree skipping (docs/subtree-skipping.md): while the dicts and
+    # types a unit's nn.Module subtrees were read from keep their recorded
+    # versions, only the residual guards run (tensor metadata, types, inputs,
+    # global state). On by default; GUARDJIT_SUBTREE_SKIP=0 turns it off for
+    # the process. torch's use_recursive_dict_tags_for_guards=True turns it
+    # on whatever this says (subtree_skip_source()).
+    subtree_skip: bool = dataclasses.field(
+        default_factory=lambda: os.environ.get("GUARDJIT_SUBTREE_SKIP", "1").lower()
+        not in ("0", "off", "false", "no"))
 
 
 config = Config()
@@ -118,6 +127,9 @@ _not_offered: list[dict] = []
 # The wrappers of the converted units still alive (they die with their cache
 # entries, e.g. at torch._dynamo.reset()).
 _live_units: weakref.WeakSet = weakref.WeakSet()
+# The checks with subtree skipping (for stats), and why units got none.
+_skip_checks: weakref.WeakSet = weakref.WeakSet()
+_skip_reasons: collections.Counter = collections.Counter()
 
 
 class GuardJitManagerWrapper(dynamo_guards.GuardManagerWrapper):
@@ -282,6 +294,8 @@ def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
         recorder.forget(new_root)  # guardjit's own root: not a recording
     if native is not None:
         tier_up(check)
+    if new_root is not root:
+        _enable_subtree_skip(check, f_locals, compile_id, native is not None)
     wrapper.dynamo_root = root
     wrapper.guardjit_ir = ir
     wrapper.guardjit_borrowed = borrowed
@@ -316,6 +330,38 @@ def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
             dynamo_root=root, native_root=new_root, code=code,
             f_locals=f_locals if config.keep_frame_locals else None,
             recorded_ir=recorded, pipeline_stats=pipeline_stats))
+
+
+_LEVELS = ("O0", "light", "O1", "O2")
+
+
+def subtree_skip_source() -> str:
+    """Why subtree skipping is on or off: "torch use_recursive_dict_tags_for_guards"
+    (the user set torch's option, which guardjit serves soundly), "guardjit
+    default", or "off" (config.subtree_skip / GUARDJIT_SUBTREE_SKIP=0)."""
+    if getattr(torch._dynamo.config, "use_recursive_dict_tags_for_guards", False):
+        return "torch use_recursive_dict_tags_for_guards"
+    return "guardjit default" if config.subtree_skip else "off"
+
+
+def _enable_subtree_skip(check: Any, f_locals: dict, compile_id: str, native: bool) -> None:
+    """Plans subtree skipping for a freshly built check (on the frame locals
+    it just passed on) and queues its residual check's native compile."""
+    if subtree_skip_source() == "off":
+        return
+    why = _core.enable_subtree_skip(check, f_locals)
+    if why:
+        _counters["skip_units_declined"] += 1
+        _skip_reasons[why.split(" (", 1)[0]] += 1
+        log.debug("compile unit %s: no subtree skipping: %s", compile_id, why)
+        return
+    _counters["skip_units"] += 1
+    _skip_checks.add(check)
+    if native:
+        # The tier-up level when it is one (a bad one is tier_up's warning to
+        # give), else the first code's.
+        level = config.tier_up if config.tier_up in _LEVELS else config.opt_level
+        _core.skip_compile(check, level)
 
 
 def tier_up(check: Any) -> bool:
@@ -610,5 +656,34 @@ def stats() -> dict[str, Any]:
         # pending now, and their total compile time (ms).
         "tier_up": {"level": config.tier_up,
                     **{k: v for k, v in _core.tier_up_stats().items() if k != "last_error"}},
+        "subtree_skip": _subtree_skip_stats(c),
+    }
+
+
+def _subtree_skip_stats(c: collections.Counter) -> dict[str, Any]:
+    """guardjit.stats()["subtree_skip"]: whether it is on and why
+    (subtree_skip_source), units given a plan / declined (with reasons), and
+    over the live checks: subtrees skipped, guards the validation implies and
+    the residual keeps, calls answered by validation + residual (hits), calls
+    whose recorded state had changed (fallbacks: the full check ran),
+    snapshots taken, and units that stopped skipping (their state changed on
+    every call)."""
+    live = [s for s in (_core.skip_stats(ch) for ch in list(_skip_checks)) if s is not None]
+    return {
+        "enabled": subtree_skip_source() != "off",
+        "source": subtree_skip_source(),
+        "units": c.get("skip_units", 0),
+        "units_declined": c.get("skip_units_declined", 0),
+        "declined_reasons": dict(_skip_reasons),
+        "live_units": len(live),
+        "subtrees": sum(s["subtrees"] for s in live),
+        "implied_guards": sum(s["implied_guards"] for s in live),
+        "residual_guards": sum(s["residual_guards"] for s in live),
+        "hits": sum(s["hits"] for s in live),
+        "fallbacks": sum(s["fallbacks"] for s in live),
+        "records": sum(s["records"] for s in live),
+        "record_failures": sum(s["record_failures"] for s in live),
+        "units_disabled": sum(1 for s in live if s["disabled"]),
+        "residual_native": sum(1 for s in live if s["residual_native"]),
     }
 

@@ -32,9 +32,17 @@ from guardjit import _core
 MODULE_GETATTR = "965aba7345a091a98e414bc35587eea6270b9f313235ba6a17d4d1ee8e1eff4a"
 CONFIG_GETATTRIBUTE = "fdf6535bee356248268e8988c415d1041a4eb77cbcb0a12514ba39c11f40ba7d"
 HETEROGENEOUS_GETATTRIBUTE = "636136cc06fdfda2b3c9283201be714041a0180eb95784002e7da28bd2c6b9c0"
+# torch.nn.ModuleList.__getitem__, _get_abs_string_index and __len__ (subtree
+# skipping reads `layers[i]` as `layers._modules[str(i)]`: Runtime/SubtreeSkip.h)
+MODULELIST_FUNCTIONS = {
+    "__getitem__": "56089b97339cea9f60a3cf2209ad2bfcbc221681a73ac8f257d82041b96f5ec9",
+    "_get_abs_string_index": "854d2c6792ae3f4fe6a73cae5dae82b3264d3a67b729f7fcf31f858763e1695d",
+    "__len__": "77223b491435e5654bc712d8104c924dc5cd46b1a25acb8cdda58394cbf74b4e",
+}
 
 _status: dict[str, str] = {"torch.nn.Module.__getattr__": "not registered",
-                           "transformers PreTrainedConfig.__getattribute__": "not registered"}
+                           "transformers PreTrainedConfig.__getattribute__": "not registered",
+                           "torch.nn.ModuleList.__getitem__": "not registered"}
 
 
 def fingerprint_parts(fn: Any) -> tuple:
@@ -66,6 +74,24 @@ def _register_module() -> None:
         _status[key] = f"unreviewed code (fingerprint {fingerprint(fn)[:12]})"
         return
     _core.register_module_getattr(fn)
+    _status[key] = "registered"
+
+
+def _register_modulelist() -> None:
+    key = "torch.nn.ModuleList.__getitem__"
+    if _status[key] == "registered":
+        return
+    import torch
+
+    fns = [torch.nn.ModuleList.__dict__.get(n) for n in MODULELIST_FUNCTIONS]
+    for (name, want), fn in zip(MODULELIST_FUNCTIONS.items(), fns):
+        if fn is None or getattr(fn, "__code__", None) is None:
+            _status[key] = f"missing {name}"
+            return
+        if fingerprint(fn) != want:
+            _status[key] = f"unreviewed code in {name} (fingerprint {fingerprint(fn)[:12]})"
+            return
+    _core.register_modulelist_getitem(*fns)
     _status[key] = "registered"
 
 
@@ -101,6 +127,7 @@ def ensure_registered() -> None:
     if all(v == "registered" for v in _status.values()):
         return
     _register_module()
+    _register_modulelist()
     _register_config()
 
 

@@ -20,6 +20,7 @@
 #include "guardjit/Runtime/ObjectFacts.h"
 #include "guardjit/Transforms/DiffSet.h"
 #include "guardjit/Runtime/PythonAttr.h"
+#include "guardjit/Runtime/SubtreeSkip.h"
 #include "guardjit/Transforms/PassPipeline.h"
 #include "guardjit/TorchRuntime/TorchRuntime.h"
 
@@ -467,6 +468,100 @@ PYBIND11_MODULE(_core, M) {
       "Returns a C-level callable `f(f_locals) -> bool` running the native "
       "check (or the interpreter when `native` is None). It keeps the bound "
       "set and the code alive.");
+
+  M.def(
+      "enable_subtree_skip",
+      [](py::handle Fn, py::dict FrameLocals) -> std::string {
+        std::shared_ptr<CheckTarget> T = targetOf(Fn);
+        if (T->Skip)
+          return "";
+        std::string WhyNot;
+        std::unique_ptr<SkipPlan> Plan =
+            SkipPlan::build(*T->Bound, FrameLocals.ptr(), &WhyNot);
+        if (!Plan)
+          return WhyNot;
+        std::string Err;
+        std::unique_ptr<BoundGuardSet> RB =
+            BoundGuardSet::bind(Plan->residual(), &Err);
+        if (!RB)
+          return "cannot bind the residual set: " + Err;
+        Plan->attach(*RB);
+        auto K = std::make_unique<SkipState>();
+        K->Residual = std::make_shared<CheckTarget>();
+        K->Residual->Bound = std::move(RB);
+        K->Plan = std::move(Plan);
+        T->Skip = std::move(K);
+        return "";
+      },
+      py::arg("check"), py::arg("f_locals"),
+      "Gives the check behind `check` (a make_guard callable) sound subtree "
+      "skipping (Runtime/SubtreeSkip.h), planned on `f_locals`, frame locals "
+      "its full check passes on. Returns \"\" when enabled, else why not. "
+      "Call before the callable is installed; GIL held. The residual check "
+      "is interpreted until skip_compile's background compile lands (in "
+      "native mode skipping waits for it).");
+
+  M.def(
+      "register_modulelist_getitem",
+      [](py::handle GetItem, py::handle AbsIndex, py::handle Len) {
+        std::string Err;
+        if (!registerModuleListGetItem(GetItem.ptr(), AbsIndex.ptr(), Len.ptr(),
+                                       &Err))
+          throw py::type_error(Err);
+      },
+      "Registers torch.nn.ModuleList's __getitem__, _get_abs_string_index "
+      "and __len__ (checked by pyattr.py) for subtree skipping.");
+
+  M.def(
+      "skip_compile",
+      [](py::handle Fn, const std::string &Level) {
+        std::shared_ptr<CheckTarget> T = targetOf(Fn);
+        if (!T->Skip || T->Skip->Residual->QueuedLevel.load() >= 0)
+          return false;
+        OptLevel L = parseOptLevel(Level);
+        T->Skip->Residual->QueuedLevel.store(static_cast<int>(L));
+        return scheduleTierUp(T->Skip->Residual, engine(L));
+      },
+      py::arg("check"), py::arg("opt_level") = "O1",
+      "Queues the native compile of the residual check of `check` on the "
+      "background tier; False when there is none or it is already queued.");
+
+  M.def(
+      "skip_stats",
+      [](py::handle Fn) -> py::object {
+        std::shared_ptr<CheckTarget> T = targetOf(Fn);
+        if (!T->Skip)
+          return py::none();
+        SkipState &K = *T->Skip;
+        SkipPlan &P = *K.Plan;
+        py::dict D;
+        D["subtrees"] = P.numSubtrees();
+        D["stable_values"] = P.numStableValues();
+        D["steps"] = P.numSteps();
+        D["implied_guards"] = P.numImpliedGuards();
+        D["residual_guards"] = P.numResidualGuards();
+        D["hits"] = P.stats().Hits;
+        D["fallbacks"] = P.stats().Fallbacks;
+        D["records"] = P.stats().Records;
+        D["record_failures"] = P.stats().RecordFailures;
+        D["disabled"] = K.Disabled;
+        D["snapshot"] = P.valid();
+        D["residual_native"] = K.Residual->Fn.load() != nullptr;
+        return D;
+      },
+      py::arg("check"),
+      "Counters of the subtree skipping of `check`, or None without it.");
+
+  M.def(
+      "residual_set",
+      [](py::handle Fn) -> py::object {
+        std::shared_ptr<CheckTarget> T = targetOf(Fn);
+        if (!T->Skip)
+          return py::none();
+        return py::cast(std::const_pointer_cast<GuardSet>(
+            std::shared_ptr<const GuardSet>(T->Skip->Plan->residual())));
+      },
+      py::arg("check"), "The residual guard set of `check`, or None.");
 
   M.def(
       "guard_counters",

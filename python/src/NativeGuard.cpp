@@ -37,11 +37,7 @@ PyTypeObject *HolderType = nullptr;
 PyObject *callCheck(PyObject *Self, PyObject *FrameLocals) {
   Py_INCREF(Self);
   CheckTarget &T = **reinterpret_cast<HolderObject *>(Self)->Target;
-  ++T.Calls;
-  CheckFn Fn = T.Fn.load(std::memory_order_acquire);
-  int Ok = Fn ? Fn(FrameLocals) : interpret(*T.Bound, FrameLocals);
-  if (!Ok)
-    ++T.Failures;
+  int Ok = runCheck(T, FrameLocals);
   Py_DECREF(Self);
   return Py_NewRef(Ok ? Py_True : Py_False);
 }
@@ -49,7 +45,57 @@ PyObject *callCheck(PyObject *Self, PyObject *FrameLocals) {
 PyMethodDef CheckDef = {"guardjit_check", callCheck, METH_O,
                         "guardjit's check of one compile unit's guards."};
 
+/// The full check of `T`: native when compiled, else the interpreter.
+int runFull(CheckTarget &T, PyObject *FrameLocals) {
+  CheckFn Fn = T.Fn.load(std::memory_order_acquire);
+  return Fn ? Fn(FrameLocals) : interpret(*T.Bound, FrameLocals);
+}
+
+/// Validation, then the residual check when every recorded dict, type and
+/// pointer still holds; otherwise the full check, recording a new snapshot
+/// when it passes. Neither validation, recording nor the residual check runs
+/// Python code (SkipPlan::build ensures it), so no other thread can change
+/// the recorded objects between validating and checking.
+int runSkipping(CheckTarget &T, SkipState &K, PyObject *FrameLocals) {
+  SkipPlan &P = *K.Plan;
+  CheckTarget &R = *K.Residual;
+  CheckFn RFn = R.Fn.load(std::memory_order_acquire);
+  bool Ready = !K.Disabled &&
+               (RFn || !T.Fn.load(std::memory_order_relaxed));
+  if (Ready && P.valid()) {
+    if (P.validate(FrameLocals)) {
+      ++P.stats().Hits;
+      K.MissRun = 0;
+      ++R.Calls;
+      int Ok = RFn ? RFn(FrameLocals) : interpret(*R.Bound, FrameLocals);
+      R.Failures += !Ok;
+      return Ok;
+    }
+    ++P.stats().Fallbacks;
+    P.invalidate();
+    if (++K.MissRun >= SkipState::MaxMissRun)
+      K.Disabled = true;
+  }
+  int Ok = runFull(T, FrameLocals);
+  if (Ok && !K.Disabled && !P.valid()) {
+    if (P.record(FrameLocals))
+      K.RecordFailRun = 0;
+    else if (++K.RecordFailRun >= SkipState::MaxMissRun)
+      K.Disabled = true;
+  }
+  return Ok;
+}
+
 } // namespace
+
+int runCheck(CheckTarget &T, PyObject *FrameLocals) {
+  ++T.Calls;
+  int Ok = T.Skip ? runSkipping(T, *T.Skip, FrameLocals)
+                  : runFull(T, FrameLocals);
+  if (!Ok)
+    ++T.Failures;
+  return Ok;
+}
 
 PyObject *makeNativeGuard(std::shared_ptr<CheckTarget> Target) {
   if (!HolderType) {

@@ -12,6 +12,7 @@
 
 #include "guardjit/Runtime/BoundGuardSet.h"
 #include "guardjit/Runtime/Interpreter.h"
+#include "guardjit/Runtime/SubtreeSkip.h"
 
 #include <atomic>
 #include <cstdint>
@@ -21,6 +22,24 @@
 
 namespace guardjit {
 class CompiledCheck;
+
+struct CheckTarget;
+
+/// Subtree skipping of one target (Runtime/SubtreeSkip.h): the plan, the
+/// residual check as its own target (compiled in the background like a
+/// tier-up; skipping starts once it is native, or at once when the full check
+/// is interpreted too), and what turns skipping off for good. GIL held.
+struct SkipState {
+  std::unique_ptr<SkipPlan> Plan;
+  std::shared_ptr<CheckTarget> Residual;
+  /// Consecutive calls whose recorded state had changed / could not be
+  /// recorded; at MaxMissRun the target stops skipping (a unit whose modules
+  /// change on every call would pay validation and recording for nothing).
+  uint32_t MissRun = 0;
+  uint32_t RecordFailRun = 0;
+  bool Disabled = false;
+  static constexpr uint32_t MaxMissRun = 8;
+};
 
 /// What a NativeGuard callable runs. Calls and the counters need the GIL;
 /// the background tier (TierUp.h) replaces the code without it: it stores Fn
@@ -40,7 +59,14 @@ struct CheckTarget {
   std::shared_ptr<CompiledCheck> Native; ///< the code of Fn
   /// Code Fn pointed to before: a call may still be running it.
   std::vector<std::shared_ptr<CompiledCheck>> Retired;
+
+  /// Set once, before the callable exists; null: the full check every call.
+  std::unique_ptr<SkipState> Skip;
 };
+
+/// Runs the check of `T` on `FrameLocals` (borrowed), through its subtree
+/// skipping when it has one. 1 pass, 0 fail; GIL held.
+int runCheck(CheckTarget &T, PyObject *FrameLocals);
 
 /// Returns a new reference to a callable running `Target` (GIL held).
 PyObject *makeNativeGuard(std::shared_ptr<CheckTarget> Target);

@@ -59,6 +59,21 @@ public:
                                            : &Memos[GuardMemo[GuardIndex]];
   }
 
+  /// The recorded-object table read by `recorded` values (one slot per
+  /// index, null until filled): borrowed pointers that subtree skipping
+  /// (SubtreeSkip.h) writes, with the GIL held, only after proving each
+  /// object is still reachable unchanged. Native code bakes the address in.
+  PyObject **recordedSlots() const {
+    return const_cast<PyObject **>(RecordedSlots.data());
+  }
+  size_t numRecordedSlots() const { return RecordedSlots.size(); }
+  /// Grows the table to `N` slots; only before any code is compiled from
+  /// this set (the address changes).
+  void reserveRecordedSlots(size_t N) {
+    if (N > RecordedSlots.size())
+      RecordedSlots.resize(N, nullptr);
+  }
+
 private:
   explicit BoundGuardSet(std::shared_ptr<const GuardSet> Set);
   std::shared_ptr<const GuardSet> Set;
@@ -72,6 +87,7 @@ private:
   /// The payloads of the DIMENSION_DYNAMIC_MARKING guards, contiguous.
   std::unique_ptr<DimensionMarkingSlot[]> MarkingSlots;
   bool NeedsLocalState = false;
+  std::vector<PyObject *> RecordedSlots;
 };
 
 /// "guard #3 (TENSOR_MATCH on L['x'])": guard `Index` of `S` (in IR order),

@@ -229,6 +229,20 @@ def deep_decoder(quick: bool = False) -> BenchCase:
                                  "a shared config object")
 
 
+def _stack(layers: int) -> Callable[[bool], BenchCase]:
+    """``stack-N``: the deep stack at a fixed depth, quick or not (the subtree
+    skipping targets compare the check's cost per added layer over 8-64)."""
+    def make(quick: bool = False) -> BenchCase:
+        torch.manual_seed(0)
+        return BenchCase(f"stack-{layers}", DeepStack(layers).eval(), _ids(2, 8),
+                         description=f"{layers} identical decoder layers (the deep stack)")
+    make.__name__ = f"stack_{layers}"
+    return make
+
+
+stack_8, stack_16, stack_32, stack_64 = (_stack(n) for n in (8, 16, 32, 64))
+
+
 # --- many parameters and buffers ---------------------------------------------------
 
 class BufferedBlock(nn.Module):
@@ -277,4 +291,8 @@ CORPUS: dict[str, Callable[[bool], BenchCase]] = {
     "decoder": transformer,
     "deep-decoder": deep_decoder,
     "param-heavy": param_heavy,
+    "stack-8": stack_8,
+    "stack-16": stack_16,
+    "stack-32": stack_32,
+    "stack-64": stack_64,
 }

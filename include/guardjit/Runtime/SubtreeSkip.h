@@ -1,0 +1,160 @@
+//===- SubtreeSkip.h - Sound skipping of unchanged subtrees ------*- C++ -*-===//
+//
+// What torch's `use_recursive_dict_tags_for_guards` tried, made sound. Most of
+// a model's guards sit under nn.Module subtrees whose objects do not change
+// between calls; each value there is a pure function of its parent's
+// identity and of the contents of some dicts and types. A SkipPlan splits a
+// bound guard set F into
+//
+//  * stable values: values whose object is determined by their parent plus
+//    "this dict / this type is unchanged" (dict items, __dict__, plain
+//    attributes found in an instance dict or a type, type(), tuple items,
+//    function fields), reached from an anchor (a frame local or f_globals);
+//  * a validation program: one step per dict tag, type version, __dict__
+//    pointer and function field those values depend on, in tree order;
+//  * the residual set R: F with every stable value replaced by a `recorded`
+//    slot and every guard that the validation implies dropped (identity,
+//    None/True/False, equality with an immutable constant, dict length,
+//    keys and versions, aliasing between stable values). What no dict version
+//    captures stays in R: TYPE_MATCH (`__class__` can be reassigned), tensor
+//    metadata (`requires_grad_`, `.data =`, `set_`, `resize_` change no
+//    dict), list contents, relations reaching outside, global state, inputs.
+//
+// After a full check of F passes, record() reads the stable values and the
+// expectations of every step. On a later call validate() runs the steps; when
+// all hold, every stable value is the recorded object in the recorded state,
+// so F's answer equals R's. A failing step only means "changed": the caller
+// runs F again (and records again when it passes). Never a failure by itself.
+//
+// Why no recorded pointer can dangle or be confused with a new object at the
+// same address: CPython 3.11 gives every dict mutation and every new dict a
+// fresh value of one global counter (PEP 509 `ma_version_tag`), and every
+// type change a fresh `tp_version_tag`, so a (live object, tag) pair can only
+// match the recorded state itself. Steps run parents first and only
+// dereference objects that are anchors of this call or are held by a
+// container a previous step proved unchanged. A tag of 0, or a type without
+// a valid version tag, never matches. (3.12+ dict watchers can replace the
+// tag steps behind the same interface; this build refuses other versions.)
+//
+// Thread/GIL: every function needs the GIL. validate() and record() call no
+// Python code and release nothing; R is only accepted when it calls no
+// Python either (Plan::build declines otherwise), so a skipped check is
+// atomic with respect to other Python threads. Mirrors (and fixes) torch
+// 2.13's GuardManager dict-tag fast path (torch/csrc/dynamo/guards.cpp,
+// `check_dict_tags` / `_dict_pointers` / `_tag_safe_entries`).
+//
+//===----------------------------------------------------------------------===//
+#ifndef GUARDJIT_RUNTIME_SUBTREESKIP_H
+#define GUARDJIT_RUNTIME_SUBTREESKIP_H
+
+#include "guardjit/IR/GuardSet.h"
+#include "guardjit/Runtime/BoundGuardSet.h"
+#include "guardjit/Runtime/Python.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace guardjit {
+
+/// One validation step (see the file comment). `Src` and `Dst` index the
+/// recorded-object table.
+struct SkipStep {
+  enum Kind : uint8_t {
+    LoadLocal, ///< Dst = frame_locals[Key] (an anchor of this call)
+    DictOf,    ///< type(Src) is Type and its instance dict is Expect (NULL:
+               ///< none); WithTag: Expect has type DictType and tag Version
+    Tag,       ///< Src has type Type and ma_version_tag == Tag
+    TypeIs,    ///< type(Src) is Type
+    TypeTag,   ///< type(Src) is Type with a valid tp_version_tag == Tag
+    Field,     ///< the PyObject* at byte Offset of Src is Expect
+  };
+  Kind K = Tag;
+  uint32_t Src = 0;
+  uint32_t Dst = 0;
+  uint32_t Offset = 0;
+  PyObject *Key = nullptr;    ///< LoadLocal: the exact-str name (borrowed)
+  PyObject *Expect = nullptr; ///< borrowed, filled by record()
+  PyTypeObject *Type = nullptr;
+  PyTypeObject *DictType = nullptr; ///< DictOf with WithTag
+  uint64_t Version = 0;
+  bool WithTag = false;
+};
+
+/// Counters of one plan (GIL held to read or write).
+struct SkipStats {
+  uint64_t Hits = 0;       ///< calls answered by validation + R
+  uint64_t Fallbacks = 0;  ///< validation failed: F ran
+  uint64_t Records = 0;    ///< snapshots taken
+  uint64_t RecordFailures = 0; ///< F passed but the state was not recordable
+};
+
+class SkipPlan {
+public:
+  /// Builds the plan of bound set `Full`, probing the objects reachable from
+  /// `FrameLocals` (a frame locals dict on which `Full` passes; borrowed) so
+  /// that values whose read is not pure there (a property, a missing
+  /// attribute served by __getattr__, a bound method) stay live reads.
+  /// Returns nullptr and sets *WhyNot when no subtree can be skipped or the
+  /// residual set would call Python. GIL held.
+  static std::unique_ptr<SkipPlan> build(const BoundGuardSet &Full,
+                                         PyObject *FrameLocals,
+                                         std::string *WhyNot);
+  ~SkipPlan();
+  SkipPlan(const SkipPlan &) = delete;
+  SkipPlan &operator=(const SkipPlan &) = delete;
+
+  /// The residual set R (bind it, then call attach() with the result).
+  std::shared_ptr<GuardSet> residual() const { return Residual; }
+  /// Points the plan at R's bound set, whose recorded-object table it fills.
+  void attach(BoundGuardSet &BoundResidual);
+
+  /// True when a snapshot is held and every step holds for `FrameLocals`
+  /// (borrowed dict); then R decides the check. GIL held; calls no Python.
+  bool validate(PyObject *FrameLocals);
+  /// Takes a snapshot right after the full check passed on `FrameLocals`.
+  /// False (no snapshot) when some stable value is not pure-readable now.
+  /// GIL held; calls no Python.
+  bool record(PyObject *FrameLocals);
+  /// Drops the snapshot (next call runs the full check).
+  void invalidate() { Valid = false; }
+  bool valid() const { return Valid; }
+
+  size_t numSteps() const { return Steps.size(); }
+  size_t numStableValues() const { return NumStable; }
+  /// Subtrees skipped: anchors with at least one stable descendant.
+  size_t numSubtrees() const { return NumSubtrees; }
+  size_t numImpliedGuards() const { return NumImplied; }
+  size_t numResidualGuards() const { return Residual->guards().size(); }
+  SkipStats &stats() { return Stats; }
+
+private:
+  SkipPlan() = default;
+  struct Slot; // how one stable value or hidden dict is read (SubtreeSkip.cpp)
+  friend class SkipPlanBuilder;
+
+  bool readSlot(size_t I, PyObject *FrameLocals);
+
+  std::shared_ptr<GuardSet> Residual;
+  std::vector<Slot> Slots;
+  std::vector<SkipStep> Steps;
+  PyObject **Table = nullptr; ///< R's recorded-object table
+  size_t NumStable = 0, NumSubtrees = 0, NumImplied = 0;
+  bool Valid = false;
+  SkipStats Stats;
+};
+
+/// Registers torch 2.13's `torch.nn.ModuleList.__getitem__`,
+/// `_get_abs_string_index` and `__len__` (plain functions whose bytecode the
+/// caller checked, python/guardjit/pyattr.py): a GetItem read with an int key
+/// of an object whose type resolves all three to these functions is then a
+/// stable value (`self._modules[str(i)]`). Keeps strong references; false and
+/// *Error for non-functions. GIL held.
+bool registerModuleListGetItem(PyObject *GetItem, PyObject *AbsIndex,
+                               PyObject *Len, std::string *Error);
+void unregisterModuleListGetItem();
+
+} // namespace guardjit
+
+#endif // GUARDJIT_RUNTIME_SUBTREESKIP_H
