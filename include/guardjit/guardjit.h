@@ -120,6 +120,11 @@ struct LoadOptions {
   /// header at all. The check is then only as good as that torch's guard
   /// semantics match this one's: for tests and deliberate migrations.
   bool AllowVersionMismatch = false;
+  /// Guard IR passes run on each set before it is bound, in guard-ir-opt's
+  /// -passes= syntax (docs/passes.md), e.g. "default" (sound structural
+  /// passes) or "keep_portable_guards_unsafe" (torch's filter: drops
+  /// guards). Empty: none; the set is checked as recorded.
+  std::string Passes;
 };
 
 /// One object table entry of a loaded set, as a binder sees it.

@@ -8,6 +8,7 @@
 
 #include "guardjit/IR/Parser.h"
 #include "guardjit/JIT/Engine.h"
+#include "guardjit/Transforms/PassPipeline.h"
 #include "guardjit/Runtime/BoundGuardSet.h"
 #include "guardjit/Runtime/Interpreter.h"
 #include "guardjit/Runtime/Python.h"
@@ -263,7 +264,20 @@ Status Runtime::load(std::string_view GirText, const LoadOptions &Opts,
                        " (set LoadOptions::AllowVersionMismatch to load it "
                        "anyway)");
   }
-  // 3. One unbound LoadedSet per set.
+  // 3. The host's passes.
+  if (!Opts.Passes.empty()) {
+    auto P = PassPipeline::parse(Opts.Passes);
+    if (!P)
+      return error(ErrorCode::InvalidArgument,
+                   "bad pass pipeline '" + Opts.Passes +
+                       "': " + llvm::toString(P.takeError()));
+    for (GuardSet &S : *Sets)
+      if (llvm::Error E = P->run(S, PassContext()))
+        return error(ErrorCode::InvalidArgument,
+                     "pass pipeline on '" + S.name() +
+                         "': " + llvm::toString(std::move(E)));
+  }
+  // 4. One unbound LoadedSet per set.
   for (GuardSet &S : *Sets) {
     auto Impl = std::make_unique<LoadedSet::Impl>();
     Impl->RT = I;
