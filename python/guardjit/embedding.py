@@ -112,16 +112,16 @@ def binding_name(obj: Any, fallback: str) -> str:
                 return f"py:{mod}.{qual}"
         except Exception:
             pass
-    # Built-in methods of a class (torch.relu is torch._C._VariableFunctions'):
-    owner = getattr(obj, "__self__", None)
+    # Built-ins re-exported by their module under their plain name
+    # (torch.relu's qualname is _VariableFunctionsClass.relu).
     name = getattr(obj, "__name__", None)
-    if isinstance(owner, type) and isinstance(name, str):
-        for base in ("torch", "torch.nn.functional"):
-            try:
-                if getattr(_resolve(base), name) is obj:
-                    return f"py:{base}.{name}"
-            except Exception:
-                pass
+    if isinstance(mod, str) and isinstance(name, str) and isinstance(
+            obj, (types.BuiltinFunctionType, types.FunctionType)):
+        try:
+            if getattr(sys.modules[mod], name) is obj:
+                return f"py:{mod}.{name}"
+        except Exception:
+            pass
     return fallback
 
 
