@@ -156,6 +156,7 @@ class HostUnit:
     objects: list  # the object of each table entry, in order
     dispatch: Any  # the transformed code as a function of the original args
     status: str  # "native" or "interpreter"
+    dynamo_root: Any = None  # Dynamo's own guard tree (for comparisons)
 
 
 def _dispatch_function(fn: Any, compile_id: str) -> Any:
@@ -187,6 +188,6 @@ def compile_for_host(fn: Any, *args: Any, backend: str = "eager", dynamic: bool 
     for u in units:
         objects = _objects_of(u.ir)
         out.append(HostUnit(u.name, named_text(u.ir, objects), objects,
-                            _dispatch_function(fn, u.name), u.status))
+                            _dispatch_function(fn, u.name), u.status, u.dynamo_root))
     plugin.clear_units()
     return out
