@@ -81,6 +81,19 @@ def describe(source, f_locals):
 def global_state_json():
     return torch._C._dynamo.guards.GlobalStateGuard().__getstate__()
 
+# The same model with symbolic shapes: SHAPE_ENV guards on the batch size.
+def step_dynamic(model, x):
+    return model(x)
+
+(dynamic_unit,) = gje.compile_for_host(step_dynamic, model, x_hit, dynamic=True)
+dynamic_cases = [
+    ("dyn batch 4", {"model": model, "x": torch.randn(4, 16)}),
+    ("dyn batch 7", {"model": model, "x": torch.randn(7, 16)}),
+    ("dyn batch 1", {"model": model, "x": torch.randn(1, 16)}),
+    ("dyn float64", {"model": model, "x": torch.randn(5, 16, dtype=torch.float64)}),
+    ("dyn 3-d", {"model": model, "x": torch.randn(2, 4, 16)}),
+]
+
 # Inputs for the agreement check: (name, f_locals), hits and misses.
 agreement_cases = [
     ("same shape", {"model": model, "x": torch.randn(4, 16)}),
@@ -175,6 +188,70 @@ double nsPerCheck(embed::LoadedSet &Set, PyObject *Locals, int N, bool Expect) {
       die("check gave an unexpected answer in the timing loop");
   return std::chrono::duration<double, std::nano>(Clock::now() - Start).count() /
          N;
+}
+
+/// Checks each (name, f_locals) of `Cases` through the portable path
+/// (DLTensor descriptions) and through guardjit.h over the same
+/// keep_portable_guards_unsafe set; returns the number of disagreements.
+int agree(embed::Runtime &RT, PyObject *Unit, PyObject *Cases) {
+  PyObject *GirObj = PyObject_GetAttrString(Unit, "gir");
+  PyObject *Objects = PyObject_GetAttrString(Unit, "objects");
+  if (!GirObj || !Objects)
+    die("unit fields");
+  std::string Gir = PyUnicode_AsUTF8(GirObj);
+  std::vector<std::unique_ptr<portable::PortableSet>> PSets;
+  std::string Error;
+  if (!portable::PortableSet::load(Gir, "unit.gir", &PSets, &Error))
+    die("portable load: " + Error);
+  portable::PortableSet &P = *PSets.at(0);
+  embed::LoadOptions FO;
+  FO.BufferName = "unit.gir";
+  FO.Passes = "keep_portable_guards_unsafe";
+  std::vector<std::unique_ptr<embed::LoadedSet>> Filtered;
+  require(RT.load(Gir, FO, &Filtered), "load (filtered)");
+  require(Filtered[0]->bind([&](const embed::ObjectInfo &O) -> void * {
+            return PyList_GetItem(Objects, O.Index);
+          }),
+          "bind (filtered)");
+  require(Filtered[0]->compile(), "compile (filtered)");
+  PyObject *Json = PyObject_CallNoArgs(mainGet("global_state_json"));
+  portable::GlobalStateRecord Global;
+  if (!Json || !portable::GlobalStateRecord::parse(PyUnicode_AsUTF8(Json),
+                                                   &Global, &Error))
+    die("global state: " + Error);
+  Py_DECREF(Json);
+  int Disagree = 0;
+  for (Py_ssize_t C = 0; C < PyList_GET_SIZE(Cases); ++C) {
+    PyObject *Case = PyList_GET_ITEM(Cases, C);
+    const char *Name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(Case, 0));
+    PyObject *L = PyTuple_GET_ITEM(Case, 1);
+    bool PyPass = false, PortPass = false;
+    require(Filtered[0]->check(L, &PyPass), "check (filtered)");
+    std::vector<Described> Ds(P.inputs().size());
+    std::vector<portable::Input> In(P.inputs().size());
+    for (size_t K = 0; K < In.size(); ++K) {
+      describe(P.inputs()[K].Source, L, Ds[K]);
+      if (Ds[K].IsScalar) {
+        In[K].Float = Ds[K].Scalar;
+        In[K].Int = static_cast<int64_t>(Ds[K].Scalar);
+      } else {
+        In[K].Tensor = &Ds[K].T;
+        In[K].Ext = &Ds[K].Ext;
+      }
+    }
+    std::string Why;
+    if (!P.check(In.data(), In.size(), &Global, &PortPass, &Error, &Why))
+      die("portable check: " + Error);
+    Disagree += PyPass != PortPass;
+    std::printf("guardjit-host: agreement %-18s python path %-4s portable %-4s%s%s\n",
+                Name, PyPass ? "hit" : "miss", PortPass ? "hit" : "miss",
+                Why.empty() ? "" : ": ", Why.c_str());
+  }
+  std::printf("guardjit-host: portable set %s: %zu guards, %zu inputs\n",
+              P.name().c_str(), P.numGuards(), P.inputs().size());
+  Py_DECREF(GirObj);
+  Py_DECREF(Objects);
+  return Disagree;
 }
 
 } // namespace
@@ -326,59 +403,10 @@ int main(int Argc, char **Argv) {
               "miss; interpreter %.0f ns per hit; Dynamo's tree %.0f ns per hit\n",
               NativeHit, NativeMiss, InterpHit, DynamoHit);
 
-  // 5. The portable path agrees with the Python path on the same inputs.
-  std::vector<std::unique_ptr<portable::PortableSet>> PSets;
-  std::string Error;
-  if (!portable::PortableSet::load(Gir, "unit.gir", &PSets, &Error))
-    die("portable load: " + Error);
-  portable::PortableSet &P = *PSets.at(0);
-  embed::LoadOptions FO = LO;
-  FO.Passes = "keep_portable_guards_unsafe";
-  std::vector<std::unique_ptr<embed::LoadedSet>> Filtered;
-  require(RT->load(Gir, FO, &Filtered), "load (filtered)");
-  require(Filtered[0]->bind([&](const embed::ObjectInfo &O) -> void * {
-            return PyList_GetItem(Objects, O.Index);
-          }),
-          "bind (filtered)");
-  require(Filtered[0]->compile(), "compile (filtered)");
-  PyObject *Json = PyObject_CallNoArgs(mainGet("global_state_json"));
-  portable::GlobalStateRecord Global;
-  if (!Json || !portable::GlobalStateRecord::parse(PyUnicode_AsUTF8(Json),
-                                                   &Global, &Error))
-    die("global state: " + Error);
-  Py_DECREF(Json);
-  PyObject *Cases = mainGet("agreement_cases");
-  int Disagree = 0;
-  for (Py_ssize_t C = 0; C < PyList_GET_SIZE(Cases); ++C) {
-    PyObject *Case = PyList_GET_ITEM(Cases, C);
-    const char *Name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(Case, 0));
-    PyObject *L = PyTuple_GET_ITEM(Case, 1);
-    bool PyPass = false, FullPass = false, PortPass = false;
-    require(Filtered[0]->check(L, &PyPass), "check (filtered)");
-    require(Set.check(L, &FullPass), "check (full)");
-    std::vector<Described> Ds(P.inputs().size());
-    std::vector<portable::Input> In(P.inputs().size());
-    for (size_t K = 0; K < In.size(); ++K) {
-      describe(P.inputs()[K].Source, L, Ds[K]);
-      if (Ds[K].IsScalar) {
-        In[K].Float = Ds[K].Scalar;
-        In[K].Int = static_cast<int64_t>(Ds[K].Scalar);
-      } else {
-        In[K].Tensor = &Ds[K].T;
-        In[K].Ext = &Ds[K].Ext;
-      }
-    }
-    std::string Why;
-    if (!P.check(In.data(), In.size(), &Global, &PortPass, &Error, &Why))
-      die("portable check: " + Error);
-    Disagree += PyPass != PortPass;
-    std::printf("guardjit-host: agreement %-18s python path %-4s portable %-4s "
-                "(full set %s)%s%s\n",
-                Name, PyPass ? "hit" : "miss", PortPass ? "hit" : "miss",
-                FullPass ? "hit" : "miss", Why.empty() ? "" : ": ", Why.c_str());
-  }
-  std::printf("guardjit-host: portable set: %zu guards, %zu inputs\n",
-              P.numGuards(), P.inputs().size());
+  // 5. The portable path agrees with the Python path on the same inputs,
+  // for the static and the symbolic-shape unit.
+  int Disagree = agree(*RT, Unit, mainGet("agreement_cases"));
+  Disagree += agree(*RT, mainGet("dynamic_unit"), mainGet("dynamic_cases"));
   if (Disagree)
     die(std::to_string(Disagree) + " case(s) where the paths disagree");
 
