@@ -35,7 +35,8 @@ public:
   }
 
   bool parseFile(std::vector<ParsedGuardSet> &Out,
-                 std::vector<ParsedCodeObject> *CodeObjects);
+                 std::vector<ParsedCodeObject> *CodeObjects,
+                 std::optional<ParsedGirHeader> *Header);
 
 private:
   void consume() {
@@ -77,6 +78,7 @@ private:
   bool parseAttrName(StringRef &Name, SMLoc &Loc, llvm::StringSet<> &Seen);
 
   bool parseSet(std::vector<ParsedGuardSet> &Out);
+  bool parseHeader(ParsedGirHeader &H);
   bool parseCodeObject(std::vector<ParsedGuardSet> &Out,
                        std::vector<ParsedCodeObject> &CodeObjects);
   bool parseObject(ParsedGuardSet &P);
@@ -266,13 +268,57 @@ static bool atEntityEnd(const Token &T) {
   return T.is(Token::Eol) || T.is(Token::Eof);
 }
 
+// gir torch="..." guardjit="..."
+bool Parser::parseHeader(ParsedGirHeader &H) {
+  H.Loc = Tok.loc();
+  consume();
+  llvm::StringSet<> Seen;
+  bool HasTorch = false, HasGuardjit = false;
+  while (!atEntityEnd(Tok)) {
+    StringRef Name;
+    SMLoc Loc;
+    if (parseAttrName(Name, Loc, Seen))
+      return true;
+    if (Name == "torch") {
+      HasTorch = true;
+      if (expectEqual(Name) || parseString(H.Versions.Torch, "the torch version"))
+        return true;
+    } else if (Name == "guardjit") {
+      HasGuardjit = true;
+      if (expectEqual(Name) ||
+          parseString(H.Versions.Guardjit, "the guardjit version"))
+        return true;
+    } else {
+      return error(Loc, "unknown header attribute '" + Name + "'");
+    }
+  }
+  if (!HasTorch || !HasGuardjit)
+    return error(H.Loc, "the gir header needs torch=\"..\" and guardjit=\"..\"");
+  return false;
+}
+
 bool Parser::parseFile(std::vector<ParsedGuardSet> &Out,
-                       std::vector<ParsedCodeObject> *CodeObjects) {
+                       std::vector<ParsedCodeObject> *CodeObjects,
+                       std::optional<ParsedGirHeader> *Header) {
+  bool First = true;
   while (true) {
     if (Tok.is(Token::Eol))
       consume();
     if (Tok.is(Token::Eof))
       return HadError;
+    if (Tok.isKeyword("gir")) {
+      // The version header: once, before any set (docs/gir-format.md).
+      if (!First)
+        return error("the gir header must come before every guard set");
+      First = false;
+      ParsedGirHeader H;
+      if (parseHeader(H))
+        return true;
+      if (Header)
+        *Header = std::move(H);
+      continue;
+    }
+    First = false;
     if (Tok.isKeyword("code_object")) {
       if (!CodeObjects)
         return error("code_object blocks are not accepted here (a lone "
@@ -413,6 +459,11 @@ bool Parser::parseObject(ParsedGuardSet &P) {
   }
   if (parseString(E.Repr, "the object's repr"))
     return true;
+  if (Tok.isKeyword("name")) {
+    consume();
+    if (expectEqual("name") || parseString(E.Name, "the object's name"))
+      return true;
+  }
   P.Set.addObject(std::move(E));
   P.Locs.Objects.push_back(std::move(Loc));
   return false;
@@ -759,16 +810,20 @@ bool Parser::parseShapeExpr(ShapeExpr &E, std::vector<SMLoc> &Locs) {
 
 std::optional<std::vector<ParsedGuardSet>>
 guardjit::parseGir(llvm::SourceMgr &SM, unsigned BufferId,
-                   std::vector<ParsedCodeObject> *CodeObjects) {
+                   std::vector<ParsedCodeObject> *CodeObjects,
+                   std::optional<ParsedGirHeader> *Header) {
   std::vector<ParsedGuardSet> Out;
   Parser P(SM, BufferId);
-  if (P.parseFile(Out, CodeObjects))
+  if (Header)
+    Header->reset();
+  if (P.parseFile(Out, CodeObjects, Header))
     return std::nullopt;
   return Out;
 }
 
 llvm::Expected<std::vector<GuardSet>>
-guardjit::parseGirString(StringRef Text, StringRef BufferName) {
+guardjit::parseGirString(StringRef Text, StringRef BufferName,
+                         std::optional<GirHeader> *Header) {
   llvm::SourceMgr SM;
   std::string Diags;
   llvm::raw_string_ostream OS(Diags);
@@ -780,7 +835,14 @@ guardjit::parseGirString(StringRef Text, StringRef BufferName) {
       &OS);
   unsigned Id = SM.AddNewSourceBuffer(
       llvm::MemoryBuffer::getMemBufferCopy(Text, BufferName), SMLoc());
-  std::optional<std::vector<ParsedGuardSet>> Parsed = parseGir(SM, Id);
+  std::optional<ParsedGirHeader> ParsedHeader;
+  std::optional<std::vector<ParsedGuardSet>> Parsed =
+      parseGir(SM, Id, nullptr, &ParsedHeader);
+  if (Header) {
+    Header->reset();
+    if (ParsedHeader)
+      *Header = ParsedHeader->Versions;
+  }
   bool Ok = Parsed.has_value();
   if (Ok)
     for (const ParsedGuardSet &P : *Parsed)

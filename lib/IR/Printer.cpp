@@ -144,7 +144,9 @@ static void printGuardSet(std::ostream &OS, const GuardSet &Set) {
   for (size_t I = 0; I < Objects.size(); ++I)
     OS << "  object #" << I << " = " << spelling(Objects[I].Kind)
        << (Objects[I].Strong ? " strong " : " ")
-       << quoteString(Objects[I].Repr) << '\n';
+       << quoteString(Objects[I].Repr)
+       << (Objects[I].Name.empty() ? "" : " name=" + quoteString(Objects[I].Name))
+       << '\n';
   const auto &Specs = Set.tensorSpecs();
   for (size_t I = 0; I < Specs.size(); ++I)
     printTensorSpec(OS, static_cast<uint32_t>(I), Specs[I]);
@@ -157,6 +159,11 @@ static void printGuardSet(std::ostream &OS, const GuardSet &Set) {
   for (const Guard &G : Set.guards())
     printGuard(OS, G);
   OS << "}\n";
+}
+
+std::string printGirHeader(const GirHeader &H) {
+  return "gir torch=" + quoteString(H.Torch) +
+         " guardjit=" + quoteString(H.Guardjit) + "\n";
 }
 
 std::string printGuardSet(const GuardSet &Set) {

@@ -464,9 +464,10 @@ bool Driver::processChunk(std::unique_ptr<MemoryBuffer> Buf, raw_ostream &OS) {
   // first).
   bool Ok = false;
   std::vector<ParsedCodeObject> CodeObjects;
+  std::optional<ParsedGirHeader> Header;
   std::optional<std::vector<ParsedGuardSet>> Sets =
       Import == InputKind::TorchLogs ? importTorchLog(SM, Id)
-                                     : parseGir(SM, Id, &CodeObjects);
+                                     : parseGir(SM, Id, &CodeObjects, &Header);
   if (Sets) {
     Ok = true;
     for (const ParsedGuardSet &P : *Sets)
@@ -504,8 +505,12 @@ bool Driver::processChunk(std::unique_ptr<MemoryBuffer> Buf, raw_ostream &OS) {
     if (Ok && Emit != EmitKind::IR)
       for (const ParsedGuardSet &P : *Sets)
         Ok &= emit(P, SM, OS);
-    if (Ok && Emit == EmitKind::IR)
+    if (Ok && Emit == EmitKind::IR) {
+      // The version header is carried through as it was read.
+      if (Header)
+        OS << printGirHeader(Header->Versions) << (Sets->empty() ? "" : "\n");
       OS << printChunk(*Sets, CodeObjects);
+    }
   }
   return Verifier ? Verifier->finish() : Ok;
 }

@@ -96,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     export.add_argument("--install-free-tensors", action="store_true",
                         help="torch._dynamo.config.install_free_tensors=True")
     export.add_argument("--name", help="file name stem (default: the factory's model name)")
+    export.add_argument("--no-version-header", action="store_true",
+                        help="omit the `gir torch=.. guardjit=..` first line (the corpus does)")
 
     fuzz = sub.add_parser(
         "fuzz", help="mutation fuzzer: Dynamo's check vs guardjit's interpreter and JIT",
@@ -142,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         return export_mod.main(args.factory, args.out, args.backend, args.corpus,
                                name=args.name, quick=args.quick,
                                dynamic=True if args.dynamic else None,
-                               install_free_tensors=args.install_free_tensors)
+                               install_free_tensors=args.install_free_tensors,
+                               header=not args.no_version_header)
     if args.command == "bench":
         return _bench(args)
     if args.command == "demo":

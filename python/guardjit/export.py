@@ -140,7 +140,8 @@ def unit_file_name(name: str, unit_name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{name}.{unit_name}") + ".gir"
 
 
-def write_units(name: str, units: list[plugin.Unit], out_dir: str) -> list[str]:
+def write_units(name: str, units: list[plugin.Unit], out_dir: str,
+                header: bool = True) -> list[str]:
     os.makedirs(out_dir, exist_ok=True)
     paths = []
     for u in units:
@@ -152,19 +153,26 @@ def write_units(name: str, units: list[plugin.Unit], out_dir: str) -> list[str]:
         # The set as recorded, before the plugin's pipeline: what torch's
         # filters (which must run first) and `guard-ir-opt -passes=` expect.
         ir = u.recorded_ir if u.recorded_ir is not None else u.ir
+        text = stable_text.normalize(ir.print())
+        if header:
+            # The versions it was recorded with (docs/gir-format.md): hosts
+            # that load saved sets (guardjit.h) check them.
+            from guardjit.embedding import version_header
+            text = version_header() + "\n" + text
         with open(path, "w", encoding="utf-8", newline="\n") as f:
-            f.write(stable_text.normalize(ir.print()))
+            f.write(text)
         paths.append(path)
     return paths
 
 
 def export(spec: str, out_dir: str, backend: str = "eager", *, name: str | None = None,
            quick: bool = False, dynamic: bool | None = None,
-           install_free_tensors: bool = False) -> list[str]:
-    """Compiles the factory's model and writes its units' IR; returns the paths."""
+           install_free_tensors: bool = False, header: bool = True) -> list[str]:
+    """Compiles the factory's model and writes its units' IR; returns the paths.
+    ``header``: start each file with the ``gir torch=.. guardjit=..`` line."""
     case = make_case(spec, quick)
     units = compile_units(case, backend, dynamic, install_free_tensors)
-    return write_units(name or case.name, units, out_dir)
+    return write_units(name or case.name, units, out_dir, header)
 
 
 def export_corpus(names: list[str], out_dir: str, backend: str = "eager") -> list[str]:
@@ -185,8 +193,10 @@ def export_corpus(names: list[str], out_dir: str, backend: str = "eager") -> lis
     paths = []
     for n in names:
         e = CORPUS[n]
+        # The corpus is a fixture for every reader of .gir, compared byte for
+        # byte with fresh exports: it carries no version header.
         cmd = [sys.executable, "-m", "guardjit", "export", e.factory, "--quick", "--name", n,
-               "--out", out_dir, "--backend", backend]
+               "--out", out_dir, "--backend", backend, "--no-version-header"]
         if e.dynamic:
             cmd.append("--dynamic")
         if e.install_free_tensors:
@@ -201,7 +211,8 @@ def export_corpus(names: list[str], out_dir: str, backend: str = "eager") -> lis
 
 def main(spec: str | None, out_dir: str, backend: str = "eager",
          corpus: list[str] | None = None, *, name: str | None = None, quick: bool = False,
-         dynamic: bool | None = None, install_free_tensors: bool = False) -> int:
+         dynamic: bool | None = None, install_free_tensors: bool = False,
+         header: bool = True) -> int:
     if not guardjit.enabled():
         return 2
     try:
@@ -209,7 +220,8 @@ def main(spec: str | None, out_dir: str, backend: str = "eager",
             paths = export_corpus(corpus, out_dir, backend)
         else:
             paths = export(spec or "", out_dir, backend, name=name, quick=quick,
-                           dynamic=dynamic, install_free_tensors=install_free_tensors)
+                           dynamic=dynamic, install_free_tensors=install_free_tensors,
+                           header=header)
     except (ValueError, ImportError, AttributeError, RuntimeError) as e:
         print(f"guardjit export: error: {e}", file=sys.stderr)
         return 1

@@ -70,7 +70,7 @@ def canonical(text: str, keep_locations: bool = True) -> Canonical:
 
     for raw in text.splitlines():
         line = raw.split("//", 1)[0].strip() if raw.lstrip().startswith("//") else raw.strip()
-        if not line or line.startswith("guard_set") or line == "}":
+        if not line or line.startswith(("guard_set", "gir ")) or line == "}":
             continue
         if m := _OBJECT.match(line):
             objects[m.group(1)] = _ADDR.sub("0x?", m.group(2))

@@ -8,6 +8,9 @@ import subprocess
 import sys
 import sysconfig
 
+import torch
+
+import guardjit
 from guardjit import export
 
 # `pip install .` puts the tool beside the interpreter's scripts.
@@ -19,7 +22,8 @@ def test_export_writes_one_gir_per_unit(tmp_path):
     assert len(paths) == 1
     with open(paths[0]) as f:
         text = f.read()
-    assert text.startswith("guard_set ")
+    assert text.startswith(f'gir torch="{torch.__version__}" guardjit="{guardjit.__version__}"\n\n'
+                           'guard_set ')
     assert "guard tensor_match" in text and "guard no_tensor_aliasing" in text
 
 

@@ -94,6 +94,10 @@ struct ObjectEntry {
   bool Strong = false;
   /// Address of the bound object (a `PyObject*`), 0 when unbound (parsed IR).
   uintptr_t Address = 0;
+  /// Binding name (`name="..."` in .gir, empty when absent): how a host that
+  /// loads the text finds the object, e.g. "py:torch.Tensor" or "lit:'x'"
+  /// (the scheme is in docs/embedding.md). Not part of the IR's meaning.
+  std::string Name = {};
 };
 
 /// A value produced by an accessor from its parent value.

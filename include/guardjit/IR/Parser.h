@@ -15,6 +15,7 @@
 #define GUARDJIT_IR_PARSER_H
 
 #include "guardjit/IR/GuardSet.h"
+#include "guardjit/IR/Printer.h"
 
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringRef.h"
@@ -78,19 +79,30 @@ struct ParsedCodeObject {
   size_t SetsBefore = 0;
 };
 
+/// The optional `gir torch=".." guardjit=".."` line at the top of a file.
+struct ParsedGirHeader {
+  GirHeader Versions;
+  llvm::SMLoc Loc; ///< the `gir` keyword
+};
+
 /// Parses every guard set in buffer `BufferId` of `SM`. Reports the first
 /// error through `SM` (its diagnostic handler, if set) and returns nullopt.
 /// The result is not verified. `code_object` blocks are accepted only when
 /// `CodeObjects` is given (it receives them, in file order); otherwise they
-/// are an error, for hosts that handle lone sets only.
+/// are an error, for hosts that handle lone sets only. The version header is
+/// accepted (once, before the first set) whether or not `Header` is given;
+/// `Header` receives it, or nullopt for a file without one.
 std::optional<std::vector<ParsedGuardSet>>
 parseGir(llvm::SourceMgr &SM, unsigned BufferId,
-         std::vector<ParsedCodeObject> *CodeObjects = nullptr);
+         std::vector<ParsedCodeObject> *CodeObjects = nullptr,
+         std::optional<ParsedGirHeader> *Header = nullptr);
 
 /// Parses and verifies `Text` (called `BufferName` in messages): for hosts
 /// (Python, the embedding API) that want an Error carrying the diagnostics.
+/// `Header`, if given, receives the version header (nullopt: none).
 llvm::Expected<std::vector<GuardSet>>
-parseGirString(llvm::StringRef Text, llvm::StringRef BufferName = "<string>");
+parseGirString(llvm::StringRef Text, llvm::StringRef BufferName = "<string>",
+               std::optional<GirHeader> *Header = nullptr);
 
 /// Parses one shape expression in its .gir spelling (e.g. `(le 2 (int $0))`)
 /// into post-order nodes, for hosts that build IR programmatically (the

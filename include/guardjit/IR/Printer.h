@@ -26,6 +26,19 @@
 
 namespace guardjit {
 
+/// The versions a .gir file was recorded with: its optional first entity,
+/// `gir torch="2.13.0+cpu" guardjit="0.1.0"` (docs/gir-format.md). Hosts
+/// that load saved sets (guardjit.h) refuse a file from another torch or
+/// guardjit unless told otherwise; guard-ir-opt only carries it through.
+struct GirHeader {
+  std::string Torch;    ///< torch.__version__ at recording time
+  std::string Guardjit; ///< guardjit's version (GUARDJIT_VERSION)
+};
+
+/// Returns the header line (ending in a newline) of a file recorded with
+/// `H`'s versions.
+std::string printGirHeader(const GirHeader &H);
+
 /// Returns the .gir text of `Set`.
 std::string printGuardSet(const GuardSet &Set);
 

@@ -69,6 +69,46 @@ std::string inferShapeExprTypes(const ShapeExpr &E, size_t NumOperands,
                                 std::vector<ShapeType> &Types,
                                 size_t *BadNode = nullptr);
 
+/// The outcome of evaluating a shape expression.
+enum class ShapeOutcome : int {
+  /// Python would evaluate the code part to a false value or raise
+  /// (ZeroDivisionError): the guard fails.
+  Fail = 0,
+  /// Python would evaluate it to a true value: the guard passes.
+  Pass = 1,
+  /// int64 / double cannot tell: an operand is not an exact int / float or
+  /// does not fit int64, an int operation overflowed, or an int / float
+  /// comparison or int / int division involves a magnitude above 2^53. The
+  /// guard then asks its Python fallback, or fails if it has none.
+  Unknown = 2,
+};
+
+/// A node's value (or an operand read): the field its static type selects.
+struct ShapeValue {
+  ShapeType T = ShapeType::Int;
+  int64_t I = 0;
+  double F = 0;
+  bool B = false;
+};
+
+/// Evaluates `E` (which passed inferShapeExprTypes) with Python's semantics
+/// over operand values already read: `Reads[i]` is operand i, typed as the
+/// expression reads it (Int for `(int $i)`, Float for `(float $i)`). No
+/// Python: the interpreter (Runtime/ShapeEval.h) and Python-free hosts
+/// (lib/Portable) share it.
+ShapeOutcome evalShapeExprValues(const ShapeExpr &E, const ShapeValue *Reads);
+
+/// Python semantics on int64, shared with the JIT's tests: false on
+/// overflow (*Out unchanged), and for floorDiv / mod, `*DivByZero` set when
+/// `B` is 0 (Python raises ZeroDivisionError).
+bool pyFloorDiv(int64_t A, int64_t B, int64_t *Out, bool *DivByZero);
+bool pyMod(int64_t A, int64_t B, int64_t *Out, bool *DivByZero);
+
+/// Largest magnitude an int64 can have and still convert to double exactly
+/// (2^53): int / float comparisons and int / int true division are exact on
+/// doubles up to it.
+constexpr int64_t MaxExactDoubleInt = int64_t(1) << 53;
+
 /// The .gir spelling of `E`, e.g. `(le 2 (int $0))`.
 std::string printShapeExpr(const ShapeExpr &E);
 /// A float constant as the printer writes it: the shortest of `%.15g`,

@@ -21,34 +21,11 @@
 
 namespace guardjit {
 
-/// The outcome of evaluating a shape expression.
-enum class ShapeOutcome : int {
-  /// Python would evaluate the code part to a false value or raise
-  /// (ZeroDivisionError): the guard fails.
-  Fail = 0,
-  /// Python would evaluate it to a true value: the guard passes.
-  Pass = 1,
-  /// int64 / double cannot tell: an operand is not an exact int / float or
-  /// does not fit int64, an int operation overflowed, or an int / float
-  /// comparison or int / int division involves a magnitude above 2^53. The
-  /// guard then asks its Python fallback, or fails if it has none.
-  Unknown = 2,
-};
-
 /// Evaluates `E` over `Operands` (borrowed, one per guard operand; `E` must
 /// have passed inferShapeExprTypes for that many operands).
 ShapeOutcome evalShapeExpr(const ShapeExpr &E, PyObject *const *Operands);
 
-/// Python semantics on int64, shared with the JIT's tests: false on
-/// overflow (*Out unchanged), and for floorDiv / mod, `*DivByZero` set when
-/// `B` is 0 (Python raises ZeroDivisionError).
-bool pyFloorDiv(int64_t A, int64_t B, int64_t *Out, bool *DivByZero);
-bool pyMod(int64_t A, int64_t B, int64_t *Out, bool *DivByZero);
-
-/// Largest magnitude an int64 can have and still convert to double exactly
-/// (2^53): int / float comparisons and int / int true division are exact on
-/// doubles up to it.
-constexpr int64_t MaxExactDoubleInt = int64_t(1) << 53;
+// ShapeOutcome, pyFloorDiv, pyMod and MaxExactDoubleInt: IR/ShapeExpr.h.
 
 } // namespace guardjit
 

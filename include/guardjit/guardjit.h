@@ -1,0 +1,249 @@
+//===- guardjit.h - Embedding API for serving hosts -------------*- C++ -*-===//
+//
+// The stable C++ facade for hosts that embed CPython and want to check a
+// saved guard set (.gir text) natively before they dispatch a request to a
+// compiled artifact. No LLVM, pybind11 or Python.h type appears here: Python
+// objects are `void *` (a `PyObject *`), and every class is a pimpl.
+// The walk-through is docs/embedding.md; its example compiles as a test.
+//
+// Lifecycle of a set:   load -> bind -> [compile] -> check* -> evict
+//
+//  - load:    parse and verify .gir text (errors carry file:line:col), and
+//             check the `gir torch=".." guardjit=".."` header against the
+//             versions this library was built for.
+//  - bind:    give every object table entry its live Python object, through
+//             a host callback or by name (ObjectInfo::Name, docs/embedding.md
+//             "Naming scheme").
+//  - compile: native code through LLVM ORC, blocking or on a background
+//             thread. A bound set is checkable at once: until its code is
+//             ready, check() runs guardjit's interpreter (same answers).
+//  - check:   1 / 0 per call; never raises into Python.
+//  - evict:   frees the code and the references; the set then refuses every
+//             call with ErrorCode::Evicted.
+//
+// Thread and GIL contract:
+//  - The host initializes CPython (Py_Initialize) before creating a Runtime
+//    and keeps it alive until every Runtime and LoadedSet is destroyed.
+//  - With the GIL held: Runtime::create (with EnableTorch), LoadedSet::bind*,
+//    check, checkArgs, evict, and destroying a bound LoadedSet.
+//  - Without the GIL (any thread): Runtime::load, LoadedSet::compile and
+//    waitForCode (never hold the GIL while waiting: the background compile
+//    never needs it, but your other threads may), stats, name, objects.
+//  - One LoadedSet may be checked by several threads (each holding the GIL
+//    in turn, as CPython requires); evict and destroy must not run
+//    concurrently with a check of the same set.
+//
+// Pointer lifetimes:
+//  - `void *` objects passed to bind are borrowed for the duration of the
+//    call; guardjit takes its own strong reference to each, held until
+//    evict() or destruction. (Stricter than Dynamo, which does not keep
+//    ID_MATCH objects alive: a host cannot observe the object dying, so
+//    guardjit prevents address reuse instead.)
+//  - `FrameLocals` / `Args` passed to check are borrowed for the call.
+//  - References and pointers returned by accessors (name(), objects(),
+//    Status::message()) live as long as the object they come from.
+//  - A LoadedSet keeps its Runtime's engine alive; destroying the Runtime
+//    first is allowed.
+//
+// Errors: every fallible call returns a Status; misuse (unbound objects,
+// wrong arity, a call after evict, a set from another torch version,
+// malformed text) is an error, never a crash or an exception.
+//
+//===----------------------------------------------------------------------===//
+#ifndef GUARDJIT_GUARDJIT_H
+#define GUARDJIT_GUARDJIT_H
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace guardjit {
+namespace embed {
+
+/// The torch and guardjit versions this library was built for (what a .gir
+/// header must name unless LoadOptions overrides it).
+const char *torchVersion();
+const char *guardjitVersion();
+
+enum class ErrorCode : int {
+  Ok = 0,
+  ParseError,      ///< malformed or invalid .gir (message has file:line:col)
+  VersionMismatch, ///< the header names another torch / guardjit, or none
+  Unbound,         ///< an object table entry has no object (or not yet bound)
+  InvalidArgument, ///< null pointer, wrong arity, wrong type of object
+  Evicted,         ///< the set was evicted
+  CompileFailed,   ///< LLVM could not compile the set (check still works)
+  Unsupported,     ///< e.g. a torch guard without EnableTorch
+  Internal,
+};
+
+/// The outcome of a call: Ok, or an error code and a message (lower case,
+/// located where the input had a location).
+class Status {
+public:
+  Status() = default;
+  Status(ErrorCode Code, std::string Message)
+      : Code(Code), Message(std::move(Message)) {}
+  static Status success() { return Status(); }
+  bool ok() const { return Code == ErrorCode::Ok; }
+  explicit operator bool() const { return ok(); }
+  ErrorCode code() const { return Code; }
+  const std::string &message() const { return Message; }
+
+private:
+  ErrorCode Code = ErrorCode::Ok;
+  std::string Message;
+};
+
+/// Code level of the native check (see docs/performance.md): Light compiles
+/// in a few ms per 100 guards; O1 is the background tier's level.
+enum class CodeLevel : int { O0, Light, O1, O2 };
+
+struct RuntimeOptions {
+  CodeLevel Level = CodeLevel::Light;
+  /// Install the ATen-backed checks (TENSOR_MATCH, GLOBAL_STATE,
+  /// TORCH_FUNCTION_MODE_STACK). Requires the GIL and `import torch` done in
+  /// this interpreter. Without it, binding a set with such a guard fails
+  /// with ErrorCode::Unsupported.
+  bool EnableTorch = false;
+};
+
+struct LoadOptions {
+  /// Name of the text in messages ("model.gir" -> "model.gir:3:7: error:").
+  std::string BufferName = "<string>";
+  /// Accept a header naming another torch or guardjit version, or no
+  /// header at all. The check is then only as good as that torch's guard
+  /// semantics match this one's: for tests and deliberate migrations.
+  bool AllowVersionMismatch = false;
+  /// Guard IR passes run on each set before it is bound, in guard-ir-opt's
+  /// -passes= syntax (docs/passes.md), e.g. "default" (sound structural
+  /// passes) or "keep_portable_guards_unsafe" (torch's filter: drops
+  /// guards). Empty: none; the set is checked as recorded.
+  std::string Passes;
+};
+
+/// One object table entry of a loaded set, as a binder sees it.
+struct ObjectInfo {
+  uint32_t Index;          ///< `#N` in the text
+  std::string_view Kind;   ///< "type", "object", "constant", "callable",
+                           ///< "dict", "key" or "state"
+  std::string_view Repr;   ///< the recorded repr (a description only)
+  std::string_view Name;   ///< binding name (`name=".."`), "" when absent
+};
+
+/// Returns the object for an entry: a borrowed `PyObject *`, or nullptr to
+/// leave it unbound (bind then fails with ErrorCode::Unbound naming it).
+/// Called with the GIL held, once per entry, in index order.
+using BindCallback = std::function<void *(const ObjectInfo &)>;
+
+/// Per-set counters and compile results.
+struct SetStats {
+  size_t Guards = 0;         ///< guards in the set
+  size_t Objects = 0;        ///< object table entries
+  uint64_t Checks = 0;       ///< calls of check / checkArgs that ran
+  uint64_t Hits = 0;         ///< ... that passed
+  uint64_t Misses = 0;       ///< ... that failed
+  bool Native = false;       ///< native code is installed (else interpreter)
+  double CompileMs = 0;      ///< lowering + LLVM, 0 until compiled
+  size_t InlinedGuards = 0;  ///< guards emitted inline by the JIT
+  size_t HelperGuards = 0;   ///< guards emitted as runtime helper calls
+};
+
+class LoadedSet;
+
+/// One per host (or per model): owns the JIT engine and its compile thread.
+class Runtime {
+public:
+  /// Creates a runtime. Fails when LLVM cannot target this host, or with
+  /// EnableTorch when torch is not imported.
+  static Status create(const RuntimeOptions &Opts,
+                       std::unique_ptr<Runtime> *Out);
+  ~Runtime();
+  Runtime(const Runtime &) = delete;
+  Runtime &operator=(const Runtime &) = delete;
+
+  /// Parses and verifies `GirText` (every `guard_set` in it, in file order;
+  /// `code_object` blocks are refused) and checks its version header.
+  /// Appends the sets to *Out, unbound. No GIL needed.
+  Status load(std::string_view GirText, const LoadOptions &Opts,
+              std::vector<std::unique_ptr<LoadedSet>> *Out);
+  /// load() of a file's contents; BufferName defaults to the path.
+  Status loadFile(const std::string &Path, LoadOptions Opts,
+                  std::vector<std::unique_ptr<LoadedSet>> *Out);
+
+  struct Impl;
+
+private:
+  explicit Runtime(std::shared_ptr<Impl> I);
+  std::shared_ptr<Impl> I;
+};
+
+/// A guard set loaded from text: bind it, then check it.
+class LoadedSet {
+public:
+  ~LoadedSet(); ///< evicts (GIL held if the set was bound)
+  LoadedSet(const LoadedSet &) = delete;
+  LoadedSet &operator=(const LoadedSet &) = delete;
+
+  /// The set's name (Dynamo's compile id, e.g. "0/0").
+  const std::string &name() const;
+  /// Its object table, for binders.
+  const std::vector<ObjectInfo> &objects() const;
+  /// The frame-local names the set reads, in frame-locals index order: what
+  /// checkArgs expects, one object each.
+  const std::vector<std::string> &argumentNames() const;
+
+  /// Binds every entry through `Callback`. GIL held. A set is bound once:
+  /// binding again is InvalidArgument.
+  Status bind(const BindCallback &Callback);
+  /// Binds every entry by its name: `Objects[name]` (borrowed PyObject*),
+  /// then, with `ResolvePython`, the `py:` and `lit:` names this library
+  /// resolves itself by importing / evaluating literals in the embedded
+  /// interpreter (docs/embedding.md). GIL held.
+  Status bindByName(const std::map<std::string, void *> &Objects,
+                    bool ResolvePython = true);
+
+  /// Compiles the bound set to native code. Blocking: returns when the code
+  /// is installed (or failed). Background: returns at once; the code is
+  /// swapped in atomically when ready, and check() runs the interpreter
+  /// meanwhile. No GIL needed (and never hold it in waitForCode).
+  Status compile(bool Background = false);
+  /// Waits for a background compile; returns its result (Ok when no
+  /// compile was started and the interpreter is used).
+  Status waitForCode();
+
+  /// Checks the frame locals dict `FrameLocals` (borrowed `PyObject *` of a
+  /// dict: the callee's locals by name). *Pass receives the answer. GIL held.
+  Status check(void *FrameLocals, bool *Pass);
+  /// Checks positional arguments, named by argumentNames() in order (builds
+  /// the frame-locals dict: ~100 ns more than check()). `NumArgs` must equal
+  /// argumentNames().size(). GIL held.
+  Status checkArgs(void *const *Args, size_t NumArgs, bool *Pass);
+
+  SetStats stats() const;
+  /// Where the interpreter fails on `FrameLocals` ("" when it passes), for
+  /// a host's miss report. GIL held.
+  Status explain(void *FrameLocals, std::string *Where);
+
+  /// Frees the native code and releases every reference. GIL held (when
+  /// bound); waits for a background compile first. Idempotent.
+  void evict();
+  bool evicted() const;
+
+  struct Impl;
+
+private:
+  friend class Runtime;
+  explicit LoadedSet(std::unique_ptr<Impl> I);
+  std::unique_ptr<Impl> I;
+};
+
+} // namespace embed
+} // namespace guardjit
+
+#endif // GUARDJIT_GUARDJIT_H

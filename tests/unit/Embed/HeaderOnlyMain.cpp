@@ -1,0 +1,3 @@
+// Runs the probe of HeaderOnlyTU.cpp (CPython not initialized: an error).
+int headerOnlyProbe();
+int main() { return headerOnlyProbe(); }
