@@ -29,6 +29,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <cstdio>
 #include <mutex>
 
@@ -551,6 +552,41 @@ PYBIND11_MODULE(_core, M) {
       },
       py::arg("check"),
       "Counters of the subtree skipping of `check`, or None without it.");
+
+  M.def(
+      "skip_profile",
+      [](py::handle Fn, py::dict FrameLocals, int Calls) -> py::object {
+        std::shared_ptr<CheckTarget> T = targetOf(Fn);
+        if (!T->Skip || !T->Skip->Plan->valid())
+          return py::none();
+        SkipPlan &P = *T->Skip->Plan;
+        CheckTarget &R = *T->Skip->Residual;
+        CheckFn RFn = R.Fn.load(std::memory_order_acquire);
+        using Clock = std::chrono::steady_clock;
+        auto Start = Clock::now();
+        int Valid = 0;
+        for (int I = 0; I < Calls; ++I)
+          Valid += P.validate(FrameLocals.ptr());
+        auto Mid = Clock::now();
+        int Pass = 0;
+        for (int I = 0; I < Calls; ++I)
+          Pass += RFn ? RFn(FrameLocals.ptr())
+                      : interpret(*R.Bound, FrameLocals.ptr());
+        auto End = Clock::now();
+        auto Ns = [&](auto A, auto B) {
+          return std::chrono::duration<double, std::nano>(B - A).count() / Calls;
+        };
+        py::dict D;
+        D["validate_ns"] = Ns(Start, Mid);
+        D["residual_ns"] = Ns(Mid, End);
+        D["validated"] = Valid;
+        D["passed"] = Pass;
+        return D;
+      },
+      py::arg("check"), py::arg("f_locals"), py::arg("calls") = 1000,
+      "Benchmark aid: ns per call of the validation alone and of the "
+      "residual check alone on `f_locals` (None without a snapshot). Runs "
+      "no Python code; GIL held.");
 
   M.def(
       "residual_set",
