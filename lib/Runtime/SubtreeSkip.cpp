@@ -368,6 +368,12 @@ void SkipPlanBuilder::classify() {
     PyObject *P = Probe[V.Parent];
     PyObject *X = nullptr;
     bool Ok = true;
+    // A dict or tuple frame local (`L['kwargs']`, `L['args']`) is usually a
+    // new object on every call: its items stay live reads (for a dict a tag
+    // step would fail every call; a tuple has no step at all, SubtreeSkip.h).
+    if (Roles[V.Parent] == Role::Anchor &&
+        (PyDict_Check(P) || PyTuple_Check(P)))
+      continue;
     switch (V.Kind) {
     case AccessorKind::DictGetItem:
       if (PyDict_Check(P) && (PyUnicode_CheckExact(Objs[V.Key]) ||
@@ -431,7 +437,10 @@ void SkipPlanBuilder::classify() {
       X = reinterpret_cast<PyObject *>(Py_TYPE(P));
       break;
     case AccessorKind::TupleGetItem:
-      if (PyTuple_CheckExact(P) && V.Index >= 0 &&
+      // No step checks a tuple (immutable): its items are known only when
+      // the tuple itself is, so never below an anchor (a new tuple each call).
+      if (Roles[V.Parent] != Role::Anchor && PyTuple_CheckExact(P) &&
+          V.Index >= 0 &&
           V.Index < PyTuple_GET_SIZE(P))
         X = PyTuple_GET_ITEM(P, V.Index);
       break;
@@ -873,6 +882,7 @@ bool SkipPlan::record(PyObject *FrameLocals) {
       break;
     case SkipStep::Field:
       St.Expect = Table[St.Dst];
+      St.Type = Py_TYPE(O); // a live anchor may be another object next time
       break;
     case SkipStep::TypeIs:
       St.Type = reinterpret_cast<PyTypeObject *>(Table[St.Dst]);
@@ -950,7 +960,9 @@ bool SkipPlan::validate(PyObject *FrameLocals) {
       break;
     }
     case SkipStep::Field:
-      if (*reinterpret_cast<PyObject **>(reinterpret_cast<char *>(T[St.Src]) +
+      // The type first: the offset is only a field of that layout.
+      if (Py_TYPE(T[St.Src]) != St.Type ||
+          *reinterpret_cast<PyObject **>(reinterpret_cast<char *>(T[St.Src]) +
                                          St.Offset) != St.Expect)
         return false;
       break;

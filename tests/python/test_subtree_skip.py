@@ -218,6 +218,32 @@ def test_parameter_passed_as_input_aliases():
     pair.same_compiles()
 
 
+def test_star_args_and_kwargs_items_stay_live():
+    """Items of `L['args']` / `L['kwargs']` (new containers on every call)
+    are never taken from a snapshot: a specialized int argument that changes
+    must recompile, as in plain torch, and give the new result."""
+    lin = torch.nn.Linear(4, 4)
+
+    def f(*args, **kwargs):
+        return lin(args[0]) * args[1] + kwargs["bias"]
+
+    gj_count, pt_count = Counter(), Counter()
+    gj = guardjit.compile(f, backend=gj_count)
+    pt = torch.compile(f, backend=pt_count)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        for _ in range(2):
+            gj(x, 2, bias=1.0), pt(x, 2, bias=1.0)
+        plugin.wait_for_tier_up()
+        for k, bias in ((2, 1.0), (2, 1.0), (3, 1.0), (3, 2.0), (2, 1.0)):
+            want = f(x, k, bias=bias)
+            torch.testing.assert_close(gj(x, k, bias=bias), want)
+            torch.testing.assert_close(pt(x, k, bias=bias), want)
+        torch.testing.assert_close(gj(torch.randn(3, 4), 2, bias=1.0).shape, torch.Size([3, 4]))
+        pt(torch.randn(3, 4), 2, bias=1.0)
+    assert gj_count.n == pt_count.n
+
+
 def test_list_attribute_appended_in_place(pair):
     _mutation_case(pair, lambda m: m.layers[0].gains.append(3.0))
 

@@ -26,6 +26,13 @@
 // so F's answer equals R's. A failing step only means "changed": the caller
 // runs F again (and records again when it passes). Never a failure by itself.
 //
+// Why every stable value is the recorded object: each is a pure function of
+// its parent's state that a step checks on every call (a dict's tag for its
+// items, the owner's type and __dict__ pointer, a type's version for its
+// attributes, a function's field), or -- tuple items, which no step checks
+// -- of its parent's identity, so their parent must itself be recorded,
+// never an anchor (a frame local may be a new tuple on every call).
+//
 // Why no recorded pointer can dangle or be confused with a new object at the
 // same address: CPython 3.11 gives every dict mutation and every new dict a
 // fresh value of one global counter (PEP 509 `ma_version_tag`), and every
@@ -68,7 +75,7 @@ struct SkipStep {
     Tag,       ///< Src has type Type and ma_version_tag == Tag
     TypeIs,    ///< type(Src) is Type
     TypeTag,   ///< type(Src) is Type with a valid tp_version_tag == Tag
-    Field,     ///< the PyObject* at byte Offset of Src is Expect
+    Field,     ///< type(Src) is Type and its PyObject* at byte Offset is Expect
   };
   Kind K = Tag;
   uint32_t Src = 0;
