@@ -175,6 +175,8 @@ def _bench(args: argparse.Namespace) -> int:
         print(report.main_table(data, markdown=True))
         print()
         print(report.options_table(data, markdown=True))
+        print()
+        print(report.skip_table(data, markdown=True))
     else:
         print(report.format_text(data))
     if args.json:

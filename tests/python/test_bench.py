@@ -16,18 +16,26 @@ import sys
 import pytest
 
 from guardjit.bench.corpus import CORPUS
-from guardjit.bench.run import FILTERS, MODEL_FIELDS, OPTIONS, STANCE, UNSAFE
+from guardjit.bench.run import FILTERS, LOOKUP_OPTIONS, MODEL_FIELDS, OPTIONS, STANCE, UNSAFE
 
 HF_MODELS = ("gpt2", "bert", "llama", "mistral", "t5")
 NUMERIC = ("guards", "dynamo_check_us", "guardjit_check_us", "ratio", "lookup_us_torch",
-           "lookup_us_guardjit", "call_us_torch", "call_us_guardjit", "compile_ms",
+           "lookup_us_guardjit", "guardjit_full_check_us", "lookup_us_guardjit_full",
+           "call_us_torch", "call_us_guardjit", "compile_ms",
            "python_frames_dynamo", "python_frames_guardjit")
 
 
+# The deeper stacks are the same code as stack-8 at 2-8x the depth (minutes
+# of Dynamo tracing each even at --quick, whose sizes they keep): the full
+# bench runs them, this quick run does not.
+DEEP_STACKS = ("stack-16", "stack-32", "stack-64")
+
+
 def _models() -> list[str]:
+    models = [m for m in CORPUS if m not in DEEP_STACKS]
     if importlib.util.find_spec("transformers") is not None:
-        return list(CORPUS)
-    return [m for m in CORPUS if m not in HF_MODELS]
+        return models
+    return [m for m in models if m not in HF_MODELS]
 
 
 @pytest.fixture(scope="module")
@@ -101,6 +109,31 @@ def test_every_option_is_recorded(quick_run):
                         "check_ratio", "lookup_ratio"):
                 assert isinstance(un[key], float), (m["name"], key, un[key])
             assert isinstance(un["guards"], int) and isinstance(un["guardjit_guards"], int)
+
+
+def test_subtree_skipping_is_measured(quick_run):
+    """The top-level check and lookup are guardjit's default (subtree
+    skipping on, and it answered the timed calls where a unit has a plan);
+    the full check is beside them; torch's dict tags, both unsafe options and
+    the guardless floor each carry check_us and lookup_us (or, for the floor,
+    whose lookup torch serves outside the profiler event, the whole call)."""
+    data, _, _ = quick_run
+    for m in data["models"]:
+        assert isinstance(m["skip_check_speedup"], float), m["name"]
+        if m["skip_units"]:
+            assert m["skip_hits"] > 0, (m["name"], m["skip_hits"])
+        for name in LOOKUP_OPTIONS:
+            e = m["options"][name]
+            assert isinstance(e["check_us"], float), (m["name"], name, e)
+            if e["lookup_us"] is None:
+                assert name == "skip_all_guards_unsafe", (m["name"], name, e)
+                assert "try_lookup_without_guard_eval" in e["lookup_note"]
+                assert e["lookup_events_per_call"] < 1
+                assert isinstance(e["call_us"], float) and isinstance(e["call_us_guardjit"], float)
+            else:
+                assert isinstance(e["lookup_us"], float), (m["name"], name, e)
+    # The stacks of identical layers are in the corpus.
+    assert {"stack-8", "stack-16", "stack-32", "stack-64"} <= set(CORPUS)
 
 
 def test_python_frames_are_counted(quick_run):

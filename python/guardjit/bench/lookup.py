@@ -32,8 +32,12 @@ def _quiet_stderr() -> Iterator[None]:
         os.close(devnull)
 
 
-def profile_lookup_us(fn: Callable[[], object], calls: int) -> float:
-    """Self CPU µs of "TorchDynamo Cache Lookup" per call of ``fn``."""
+def profile_lookup_us(fn: Callable[[], object], calls: int,
+                      events: list[int] | None = None) -> float:
+    """Self CPU µs of "TorchDynamo Cache Lookup" per call of ``fn``; appends
+    to ``events`` how many such events the ``calls`` calls recorded (fewer
+    than ``calls`` when torch served some without the event: its guardless
+    fast path)."""
     from torch.profiler import ProfilerActivity, profile
 
     with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -41,9 +45,14 @@ def profile_lookup_us(fn: Callable[[], object], calls: int) -> float:
             fn()
     raw = getattr(getattr(prof, "profiler", None), "kineto_results", None)
     if raw is None:
-        total = sum(e.self_cpu_time_total for e in prof.events() if e.name == LOOKUP_EVENT)
-        return total / calls
-    return raw_self_us(raw.events(), LOOKUP_EVENT) / calls
+        evs = [e for e in prof.events() if e.name == LOOKUP_EVENT]
+        if events is not None:
+            events.append(len(evs))
+        return sum(e.self_cpu_time_total for e in evs) / calls
+    raw_events = raw.events()
+    if events is not None:
+        events.append(sum(1 for e in raw_events if e.name() == LOOKUP_EVENT))
+    return raw_self_us(raw_events, LOOKUP_EVENT) / calls
 
 
 def raw_self_us(events: Any, name: str) -> float:

@@ -138,6 +138,73 @@ def options_table(data: dict[str, Any], markdown: bool = False) -> str:
     return _table(rows, markdown)
 
 
+def skip_table(data: dict[str, Any], markdown: bool = False) -> str:
+    """Subtree skipping (issue 14): guardjit's default check and lookup
+    against its full check and lookup, and torch's with its dict tags, with
+    both unsafe options, and with no guards (whole call: torch serves that
+    lookup outside the profiler event)."""
+    head = ("model", "guardjit check µs default / full", "skip x", "skip hits",
+            "lookup µs default / full", "torch dict-tags check / lookup",
+            "torch unsafe check / lookup", "torch no guards: check µs, call µs vs guardjit")
+    rows = [head]
+    for m in data["models"]:
+        o = m.get("options") or {}
+        dt, un, sa = (o.get("use_recursive_dict_tags_for_guards") or {}, o.get(UNSAFE) or {},
+                      o.get("skip_all_guards_unsafe") or {})
+        floor = (f"{_f(sa.get('check_us'))}, {_f(sa.get('call_us'), '{:.1f}')} vs "
+                 f"{_f(sa.get('call_us_guardjit'), '{:.1f}')}" if sa.get("lookup_us") is None
+                 else f"{_f(sa.get('check_us'))}, lookup {_f(sa.get('lookup_us'))}")
+        rows.append((m["name"],
+                     f"{_f(m.get('guardjit_check_us'))} / {_f(m.get('guardjit_full_check_us'))}",
+                     _spread(m, "skip_check_speedup"), _f(m.get("skip_hits"), "{}"),
+                     f"{_f(m.get('lookup_us_guardjit'))} / {_f(m.get('lookup_us_guardjit_full'))}",
+                     f"{_f(dt.get('check_us'))} / {_f(dt.get('lookup_us'))}",
+                     f"{_f(un.get('check_us'))} / {_f(un.get('lookup_us'))}", floor))
+    return _table(rows, markdown)
+
+
+def _per_layer(data: dict[str, Any], key: str) -> float | None:
+    """µs per added layer of ``key`` from stack-8 to stack-64."""
+    by = {m["name"]: m for m in data["models"]}
+    a, b = (by.get("stack-8") or {}).get(key), (by.get("stack-64") or {}).get(key)
+    return (b - a) / 56 if a is not None and b is not None else None
+
+
+def skip_summary(data: dict[str, Any]) -> dict[str, Any]:
+    """Issue 14's targets, from one run."""
+    by = {m["name"]: m for m in data["models"]}
+    s64 = (by.get("stack-64") or {}).get("skip_check_speedup")
+    slope_skip = _per_layer(data, "guardjit_check_us")
+    slope_full = _per_layer(data, "guardjit_full_check_us")
+    slower_than_unsafe = []
+    for m in data["models"]:
+        un = (m.get("options") or {}).get(UNSAFE) or {}
+        if un.get("status") != "ok":
+            continue
+        if un["check_us"] < un["guardjit_check_us"]:
+            slower_than_unsafe.append(f"{m['name']} check")
+        if un["lookup_us"] < un["guardjit_lookup_us"]:
+            slower_than_unsafe.append(f"{m['name']} lookup")
+    floor = {}
+    for m in data["models"]:
+        sa = (m.get("options") or {}).get("skip_all_guards_unsafe") or {}
+        if sa.get("call_us") and sa.get("call_us_guardjit"):
+            floor[m["name"]] = {"call_us_no_guards": sa["call_us"],
+                                "call_us_guardjit": sa["call_us_guardjit"],
+                                "guardjit_over_floor_us": sa["call_us_guardjit"] - sa["call_us"]}
+    return {"stack64_skip_check_speedup": s64,
+            "per_layer_us_default": slope_skip, "per_layer_us_full": slope_full,
+            "slower_than_torch_unsafe": slower_than_unsafe,
+            "no_guards_floor_whole_call": floor,
+            "targets": {
+                "stack-64 skip >= 5x": bool(s64 and s64 >= 5),
+                "per-layer cost <= 1/5 of full": bool(slope_skip is not None and slope_full
+                                                      and slope_skip <= slope_full / 5),
+                "no slower than torch unsafe (check and lookup, every model)":
+                    not slower_than_unsafe,
+            }}
+
+
 def passes_table(data: dict[str, Any], markdown: bool = False) -> str:
     """Per model: guards and guardjit check µs as recorded, after the default
     pipeline and after each filter pass (+ default); and the guide's
@@ -189,6 +256,7 @@ def summary(data: dict[str, Any]) -> dict[str, Any]:
     out["python_frames"] = {m["name"]: [m.get("python_frames_dynamo"),
                                         m.get("python_frames_guardjit")]
                             for m in data["models"]}
+    out["subtree_skip"] = skip_summary(data)
     out["targets"] = {
         "median check >= 10x": bool(out["median_check_ratio"] and out["median_check_ratio"] >= 10),
         "every model check >= 3x": bool(out["min_check_ratio"] and out["min_check_ratio"] >= 3),
@@ -205,6 +273,9 @@ def format_text(data: dict[str, Any]) -> str:
              "(stance: cache lookup µs, torch / guardjit; last column: torch with both "
              "unsafe options / guardjit with none, check and lookup µs)",
              options_table(data), "",
+             "subtree skipping: guardjit's default (skipping on) against its full check, and "
+             "torch's options that skip guards",
+             skip_table(data), "",
              "guardjit's passes on the recorded IR: guards, guardjit check µs (filters run "
              "with the default pipeline after them)",
              passes_table(data), ""]
@@ -275,5 +346,5 @@ def plot(data: dict[str, Any], path: str) -> None:
     plt.close(fig)
 
 
-__all__ = ["environment", "main_table", "options_table", "summary", "format_text",
+__all__ = ["environment", "main_table", "options_table", "skip_table", "summary", "format_text",
            "write_json", "plot", "FILTERS"]

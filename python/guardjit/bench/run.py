@@ -72,8 +72,20 @@ OPTIONS = CONFIG_OPTIONS[:1] + FILTERS + CONFIG_OPTIONS[1:] + (STANCE, UNSAFE)
 
 # Fields every model entry carries (the test checks them).
 MODEL_FIELDS = ("name", "guards", "dynamo_check_us", "guardjit_check_us", "ratio",
-                "lookup_us_torch", "lookup_us_guardjit", "call_us_torch", "call_us_guardjit",
+                "guardjit_full_check_us", "lookup_us_torch", "lookup_us_guardjit",
+                "lookup_us_guardjit_full", "call_us_torch", "call_us_guardjit",
                 "compile_ms", "python_frames_dynamo", "python_frames_guardjit", "options")
+# Options whose entry also carries torch's own lookup (``lookup_us``) and
+# check (``check_us``) under that option, measured beside guardjit's default
+# (issue 14): torch's dict-tag fast path, the two unsafe options together and
+# the floor, a unit with no guards at all.
+LOOKUP_OPTIONS = ("use_recursive_dict_tags_for_guards", UNSAFE, "skip_all_guards_unsafe")
+# torch 2.13 serves a guardless cache entry before the "TorchDynamo Cache
+# Lookup" event starts (try_lookup_without_guard_eval in
+# torch/csrc/dynamo/eval_frame_cpp.cpp): the profiler sees no lookup at all.
+GUARDLESS_NOTE = ("torch serves a guardless entry outside the 'TorchDynamo Cache Lookup' "
+                  "event (try_lookup_without_guard_eval): no lookup event is recorded, so "
+                  "the whole call is timed instead (call_us, beside guardjit's call_us_guardjit)")
 
 
 @dataclasses.dataclass
@@ -225,15 +237,22 @@ def cold_interleaved(a: Callable[[], object], b: Callable[[], object], rounds: i
             "ratio": statistics.median(ratios)}
 
 
-def interleaved_lookups(fns: list[Callable[[], object]], rounds: int,
-                        calls: int) -> list[list[float]]:
-    """Per side, the lookup µs of each round; sides alternate within a round."""
+def interleaved_lookups(fns: list[Callable[[], object]], rounds: int, calls: int,
+                        events: list[list[int]] | None = None) -> list[list[float]]:
+    """Per side, the lookup µs of each round; sides alternate within a round.
+    With ``events``, also per side the lookup events seen in each round
+    (``calls`` each when every call went through the lookup)."""
     for fn in fns:
         profile_lookup_us(fn, max(1, calls // 4))  # warm-up (profiler start-up, caches)
     per: list[list[float]] = [[] for _ in fns]
+    if events is not None:
+        events[:] = [[] for _ in fns]
     for _ in range(rounds):
         for i, fn in enumerate(fns):
-            per[i].append(profile_lookup_us(fn, calls))
+            counted: list[int] = []
+            per[i].append(profile_lookup_us(fn, calls, counted))
+            if events is not None:
+                events[i].append(counted[0])
     return per
 
 
@@ -302,10 +321,67 @@ def python_frames(captured: list[Captured]) -> dict[str, Any]:
             "python_accessor_reads": {k: after[k] - before[k] for k in after}}
 
 
+def _skip_counters() -> dict[str, int]:
+    st = guardjit.stats()["subtree_skip"]
+    return {"hits": st["hits"], "fallbacks": st["fallbacks"]}
+
+
+@contextlib.contextmanager
+def subtree_skip(on: bool) -> Iterator[None]:
+    """guardjit's subtree skipping on or off for the units compiled inside
+    (plugin.config.subtree_skip is read when a unit is built)."""
+    saved = plugin.config.subtree_skip
+    plugin.config.subtree_skip = on
+    try:
+        yield
+    finally:
+        plugin.config.subtree_skip = saved
+
+
+def measure_full_check(case: BenchCase, s: Settings, default_check: Callable[[], object],
+                       captured: list[Captured]) -> dict[str, Any]:
+    """guardjit's full check (subtree skipping off) against its default.
+
+    A second guardjit side of the same model, compiled with skipping off
+    under a backend of its own (so Dynamo gives it a cache entry of its own,
+    SideBackend); its roots join ``captured``. Both checks are interleaved on
+    their own compile-time frame locals, after the background tier. Returns
+    ``guardjit_full_check_us``, ``skip_check_speedup`` (full / default, the
+    median of the per-round ratios) and the skipping counters over the
+    default side's timed calls (``skip_hits`` must be > 0 for the default
+    number to be the skipping one).
+    """
+    first = len(captured)
+    with subtree_skip(False):
+        full = guardjit.compile(case.model, backend=SideBackend("eager", "guardjit-full"))
+        args, kwargs = case.inputs()
+        full(*args, **kwargs)
+        full(*args, **kwargs)
+    plugin.wait_for_tier_up()
+    caps = captured[first:]
+    if not caps:
+        return {"guardjit_full_check_us": None, "skip_note": "the full side built no unit"}
+    fix_frame_locals(case, caps)
+    c = _checks([(u.final_root, u.f_locals) for u in caps])
+    before = _skip_counters()
+    r = timing.interleaved(c, default_check, rounds=max(5, s.rounds // 2), target_ms=s.target_ms)
+    after = _skip_counters()
+    skip = guardjit.stats()["subtree_skip"]
+    return {"guardjit_full_check_us": r.a_us, "guardjit_default_check_us_vs_full": r.b_us,
+            "skip_check_speedup": r.ratio, "skip_check_speedup_min": r.ratio_min,
+            "skip_check_speedup_max": r.ratio_max,
+            "skip_hits": after["hits"] - before["hits"],
+            "skip_fallbacks": after["fallbacks"] - before["fallbacks"],
+            "skip_units": skip["live_units"], "skip_subtrees": skip["subtrees"],
+            "skip_implied_guards": skip["implied_guards"],
+            "skip_residual_guards": skip["residual_guards"]}
+
+
 def measure_checks(case: BenchCase, s: Settings, compile_kwargs: dict | None = None,
                    dynamo_config: dict | None = None, cold: bool = True,
-                   rounds: int | None = None) -> dict[str, Any]:
-    """Compiles ``case`` with guardjit (eager) and times both checks."""
+                   rounds: int | None = None, full: bool = False) -> dict[str, Any]:
+    """Compiles ``case`` with guardjit (eager) and times both checks; with
+    ``full``, also guardjit's full check (measure_full_check)."""
     torch._dynamo.reset()
     out: dict[str, Any] = {}
     reasons_before = dict(guardjit.stats().get("fallback_reasons", {}))
@@ -363,6 +439,8 @@ def measure_checks(case: BenchCase, s: Settings, compile_kwargs: dict | None = N
             c = cold_interleaved(a, b, s.cold_rounds, s.cold_calls)
             out.update({"dynamo_check_cold_us": c["a_us"], "guardjit_check_cold_us": c["b_us"],
                         "cold_ratio": c["ratio"]})
+        if full:
+            out.update(measure_full_check(case, s, b, captured))
     return out
 
 
@@ -388,6 +466,75 @@ class SideBackend:
 
     def __call__(self, gm: Any, example_inputs: Any) -> Any:
         return self.compiler_fn(gm, example_inputs)
+
+
+def _extra_lookup_sides(case: BenchCase, s: Settings) -> dict[str, Callable[[], object]]:
+    """Compiled calls of the extra lookup sides, each compiled (first call)
+    here: "guardjit-full" (guardjit, subtree skipping off) and one torch side
+    per LOOKUP_OPTIONS entry but UNSAFE (a side of its own already). A side
+    that fails to compile is left out (its option entry says so)."""
+    args, kwargs = case.inputs()
+    sides: dict[str, Callable[[], object]] = {}
+
+    def add(name: str, compiled: Any, config: dict, skip: bool | None = None) -> None:
+        def call() -> object:
+            return compiled(*args, **kwargs)
+        try:
+            with torch._dynamo.config.patch(**config), \
+                    (subtree_skip(skip) if skip is not None else contextlib.nullcontext()):
+                call()
+                call()
+        except Exception:  # noqa: BLE001 - a missing side is reported by the caller
+            if "--bench-debug" in sys.argv:
+                traceback.print_exc()
+            return
+        sides[name] = call
+
+    with subtree_skip(False):
+        full = guardjit.compile(case.model, backend=SideBackend(s.e2e_backend, "guardjit-full"))
+    add("guardjit-full", full, {}, skip=False)
+    plugin.wait_for_tier_up()
+    for name in LOOKUP_OPTIONS:
+        if name == UNSAFE:
+            continue
+        kwargs_, config = option_kwargs(name)
+        compiled = torch.compile(case.model, backend=SideBackend(s.e2e_backend, f"torch-{name}"),
+                                 **kwargs_)
+        add(name, compiled, config)
+    return sides
+
+
+def _extra_lookup_results(extra: dict[str, Callable[[], object]], index: dict[str, int],
+                          per: list[list[float]], events: list[list[int]],
+                          call_gj: Callable[[], object], lookup_gj: list[float],
+                          s: Settings) -> dict[str, dict[str, Any]]:
+    """Per torch option side: ``lookup_us`` (torch, that option) beside
+    guardjit's default ``guardjit_lookup_us`` from the same rounds, ratio
+    torch / guardjit. Where the profiler saw no lookup event (torch's
+    guardless fast path), the whole call of both is timed interleaved
+    instead and ``lookup_us`` is None (GUARDLESS_NOTE)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in LOOKUP_OPTIONS:
+        if name == UNSAFE:
+            continue
+        if name not in extra:
+            out[name] = {"lookup_us": None, "lookup_status": "error: the side did not compile"}
+            continue
+        i = index[name]
+        seen = min(events[i]) if events[i] else 0
+        if seen >= s.profile_calls:
+            lk = _ratio_stats(per[i], lookup_gj)
+            out[name] = {"lookup_us": lk["a_us"], "guardjit_lookup_us": lk["b_us"],
+                         "lookup_ratio": lk["ratio"], "lookup_ratio_min": lk["ratio_min"],
+                         "lookup_ratio_max": lk["ratio_max"], "lookup_events_per_call": 1}
+            continue
+        r = timing.interleaved(extra[name], call_gj, rounds=s.call_rounds, warmup=2,
+                               target_ms=max(s.target_ms, 5.0))
+        out[name] = {"lookup_us": None, "lookup_events_per_call": seen / s.profile_calls,
+                     "lookup_note": GUARDLESS_NOTE, "call_us": r.a_us,
+                     "call_us_guardjit": r.b_us, "call_ratio": r.ratio,
+                     "call_ratio_min": r.ratio_min, "call_ratio_max": r.ratio_max}
+    return out
 
 
 def measure_end_to_end(case: BenchCase, s: Settings) -> dict[str, Any]:
@@ -427,11 +574,17 @@ def measure_end_to_end(case: BenchCase, s: Settings) -> dict[str, Any]:
     except Exception as e:  # noqa: BLE001 - recorded, never raised
         un["error"] = _err(e)
         cap_unsafe = []
+    # guardjit with subtree skipping off (its full check), torch with its own
+    # dict-tag option, and torch with no guards at all (the floor): more
+    # sides of the same interleave (issue 14).
+    extra = _extra_lookup_sides(case, s)
     for _ in range(3):
         call_plain()
         call_gj()
         if cap_unsafe:
             call_unsafe()
+        for fn in extra.values():
+            fn()
     out["units_guardjit_e2e"] = guardjit.stats().get("units_seen", 0) - seen_before
 
     # The stance is set per call, so its two sides join the same interleave
@@ -457,7 +610,16 @@ def measure_end_to_end(case: BenchCase, s: Settings) -> dict[str, Any]:
     unsafe_side = len(sides) if cap_unsafe else None
     if cap_unsafe:
         sides.append(call_unsafe)
-    per = interleaved_lookups(sides, s.profile_rounds, s.profile_calls)
+    extra_side = {name: len(sides) + i for i, name in enumerate(extra)}
+    sides += list(extra.values())
+    events: list[list[int]] = []
+    per = interleaved_lookups(sides, s.profile_rounds, s.profile_calls, events)
+    out["option_lookups"] = _extra_lookup_results(extra, extra_side, per, events, call_gj,
+                                                  per[1], s)
+    if "guardjit-full" in extra_side:
+        lk = _ratio_stats(per[extra_side["guardjit-full"]], per[1])
+        out.update({"lookup_us_guardjit_full": lk["a_us"],
+                    "lookup_skip_speedup": lk["ratio"]})
     if unsafe_side is not None:
         try:
             un.update(measure_unsafe(case, s, cap_unsafe, cap_gj, per[unsafe_side], per[1]))
@@ -597,17 +759,19 @@ def measure_model(name: str, factory: Callable[[bool], BenchCase], s: Settings,
         entry["tensors"] = (sum(1 for _ in case.model.parameters())
                             + sum(1 for _ in case.model.buffers()))
         try:
-            entry.update(measure_checks(case, s))
+            entry.update(measure_checks(case, s, full=True))
         except Exception as e:  # noqa: BLE001
             errors["check"] = _err(e)
         tick(f"{name}: cache lookup + end to end ({s.e2e_backend})")
         stance: dict[str, Any] = {"kind": "stance", "status": "error"}
         unsafe: dict[str, Any] = {"kind": "torch unsafe options vs guardjit sound",
                                   "status": "error"}
+        option_lookups: dict[str, dict[str, Any]] = {}
         try:
             e2e = measure_end_to_end(case, s)
             stance = e2e.pop("stance")
             unsafe = e2e.pop("unsafe")
+            option_lookups = e2e.pop("option_lookups", {})
             entry.update(e2e)
         except Exception as e:  # noqa: BLE001
             errors["end_to_end"] = _err(e)
@@ -620,10 +784,15 @@ def measure_model(name: str, factory: Callable[[bool], BenchCase], s: Settings,
             if opt == UNSAFE:
                 options[opt] = unsafe
                 continue
-            if s.core:
+            if s.core and opt not in LOOKUP_OPTIONS:
                 continue
             tick(f"{name}: {opt}")
             options[opt] = measure_option(case, opt, s)
+        for opt, lk in option_lookups.items():
+            # torch's own check under the option (Dynamo's tree as torch
+            # built it there) beside its lookup.
+            options[opt]["check_us"] = options[opt].get("dynamo_check_us")
+            options[opt].update(lk)
         entry["options"] = options
         tick(f"{name}: passes")
         try:

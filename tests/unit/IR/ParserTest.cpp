@@ -92,6 +92,10 @@ GuardSet makeEverything() {
       V.Index = 1;                                                             \
     else if (AccessorKind::Enum == AccessorKind::TensorStride)                 \
       V.Index = 0;                                                             \
+    if (AccessorKind::Enum == AccessorKind::Recorded) {                        \
+      V.Parent = GuardSet::root();                                             \
+      V.Index = 3;                                                             \
+    }                                                                          \
     Last = S.addValue(V);                                                      \
     if (AccessorKind::Enum == AccessorKind::Globals)                           \
       GlobalsValue = Last;                                                     \
