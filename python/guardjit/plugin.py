@@ -76,6 +76,9 @@ class Unit:
     # one dict per pass of config.pipeline (_core.run_pipeline): pass,
     # guards_before/after, values_before/after, guards_removed, us
     pipeline_stats: list = dataclasses.field(default_factory=list)
+    # why subtree skipping declined this unit ("" when it has a plan or
+    # skipping is off)
+    skip_declined: str = ""
 
 
 @dataclasses.dataclass
@@ -294,8 +297,9 @@ def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
         recorder.forget(new_root)  # guardjit's own root: not a recording
     if native is not None:
         tier_up(check)
+    skip_declined = ""
     if new_root is not root:
-        _enable_subtree_skip(check, f_locals, compile_id, native is not None)
+        skip_declined = _enable_subtree_skip(check, f_locals, compile_id, native is not None)
     wrapper.dynamo_root = root
     wrapper.guardjit_ir = ir
     wrapper.guardjit_borrowed = borrowed
@@ -329,7 +333,8 @@ def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
             compile_ms=compile_ms, ir=ir, bound=bound, native=native, check=check,
             dynamo_root=root, native_root=new_root, code=code,
             f_locals=f_locals if config.keep_frame_locals else None,
-            recorded_ir=recorded, pipeline_stats=pipeline_stats))
+            recorded_ir=recorded, pipeline_stats=pipeline_stats,
+            skip_declined=skip_declined))
 
 
 _LEVELS = ("O0", "light", "O1", "O2")
@@ -344,17 +349,18 @@ def subtree_skip_source() -> str:
     return "guardjit default" if config.subtree_skip else "off"
 
 
-def _enable_subtree_skip(check: Any, f_locals: dict, compile_id: str, native: bool) -> None:
+def _enable_subtree_skip(check: Any, f_locals: dict, compile_id: str, native: bool) -> str:
     """Plans subtree skipping for a freshly built check (on the frame locals
-    it just passed on) and queues its residual check's native compile."""
+    it just passed on) and queues its residual check's native compile.
+    Returns why the unit got no plan ("" when it got one or skipping is off)."""
     if subtree_skip_source() == "off":
-        return
+        return ""
     why = _core.enable_subtree_skip(check, f_locals)
     if why:
         _counters["skip_units_declined"] += 1
         _skip_reasons[why.split(" (", 1)[0]] += 1
         log.debug("compile unit %s: no subtree skipping: %s", compile_id, why)
-        return
+        return why
     _counters["skip_units"] += 1
     _skip_checks.add(check)
     if native:
@@ -362,6 +368,7 @@ def _enable_subtree_skip(check: Any, f_locals: dict, compile_id: str, native: bo
         # give), else the first code's.
         level = config.tier_up if config.tier_up in _LEVELS else config.opt_level
         _core.skip_compile(check, level)
+    return ""
 
 
 def tier_up(check: Any) -> bool:

@@ -122,6 +122,8 @@ def test_subtree_skipping_is_measured(quick_run):
         assert isinstance(m["skip_check_speedup"], float), m["name"]
         if m["skip_units"]:
             assert m["skip_hits"] > 0, (m["name"], m["skip_hits"])
+        else:  # every unit declined, and the bench says why
+            assert m["skip_declined"], m["name"]
         for name in LOOKUP_OPTIONS:
             e = m["options"][name]
             assert isinstance(e["check_us"], float), (m["name"], name, e)

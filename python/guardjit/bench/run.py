@@ -321,9 +321,17 @@ def python_frames(captured: list[Captured]) -> dict[str, Any]:
             "python_accessor_reads": {k: after[k] - before[k] for k in after}}
 
 
-def _skip_counters() -> dict[str, int]:
-    st = guardjit.stats()["subtree_skip"]
-    return {"hits": st["hits"], "fallbacks": st["fallbacks"]}
+def _skip_counters(checks: list[Any]) -> dict[str, int]:
+    """Subtree-skipping counters summed over ``checks`` (make_guard
+    callables; those without a plan count nothing)."""
+    out = collections.Counter()
+    for ch in checks:
+        st = _core.skip_stats(ch)
+        if st is not None:
+            out["units"] += 1
+            for k in ("hits", "fallbacks", "subtrees", "implied_guards", "residual_guards"):
+                out[k] += st[k]
+    return out
 
 
 @contextlib.contextmanager
@@ -339,7 +347,7 @@ def subtree_skip(on: bool) -> Iterator[None]:
 
 
 def measure_full_check(case: BenchCase, s: Settings, default_check: Callable[[], object],
-                       captured: list[Captured]) -> dict[str, Any]:
+                       captured: list[Captured], checks: list[Any]) -> dict[str, Any]:
     """guardjit's full check (subtree skipping off) against its default.
 
     A second guardjit side of the same model, compiled with skipping off
@@ -347,9 +355,10 @@ def measure_full_check(case: BenchCase, s: Settings, default_check: Callable[[],
     SideBackend); its roots join ``captured``. Both checks are interleaved on
     their own compile-time frame locals, after the background tier. Returns
     ``guardjit_full_check_us``, ``skip_check_speedup`` (full / default, the
-    median of the per-round ratios) and the skipping counters over the
-    default side's timed calls (``skip_hits`` must be > 0 for the default
-    number to be the skipping one).
+    median of the per-round ratios) and the skipping counters of the default
+    side's ``checks`` over the timed calls (``skip_hits`` > 0 when its
+    number is the skipping one; ``skip_units`` 0 when every unit declined,
+    with the reasons guardjit.stats() counts).
     """
     first = len(captured)
     with subtree_skip(False):
@@ -363,18 +372,19 @@ def measure_full_check(case: BenchCase, s: Settings, default_check: Callable[[],
         return {"guardjit_full_check_us": None, "skip_note": "the full side built no unit"}
     fix_frame_locals(case, caps)
     c = _checks([(u.final_root, u.f_locals) for u in caps])
-    before = _skip_counters()
+    before = _skip_counters(checks)
     r = timing.interleaved(c, default_check, rounds=max(5, s.rounds // 2), target_ms=s.target_ms)
-    after = _skip_counters()
-    skip = guardjit.stats()["subtree_skip"]
+    after = _skip_counters(checks)
     return {"guardjit_full_check_us": r.a_us, "guardjit_default_check_us_vs_full": r.b_us,
             "skip_check_speedup": r.ratio, "skip_check_speedup_min": r.ratio_min,
             "skip_check_speedup_max": r.ratio_max,
             "skip_hits": after["hits"] - before["hits"],
             "skip_fallbacks": after["fallbacks"] - before["fallbacks"],
-            "skip_units": skip["live_units"], "skip_subtrees": skip["subtrees"],
-            "skip_implied_guards": skip["implied_guards"],
-            "skip_residual_guards": skip["residual_guards"]}
+            "skip_units": after["units"], "skip_subtrees": after["subtrees"],
+            "skip_implied_guards": after["implied_guards"],
+            "skip_residual_guards": after["residual_guards"],
+            "skip_declined": sorted({u.skip_declined for u in plugin.units()
+                                     if u.skip_declined and u.check in checks})}
 
 
 def measure_checks(case: BenchCase, s: Settings, compile_kwargs: dict | None = None,
@@ -440,7 +450,7 @@ def measure_checks(case: BenchCase, s: Settings, compile_kwargs: dict | None = N
             out.update({"dynamo_check_cold_us": c["a_us"], "guardjit_check_cold_us": c["b_us"],
                         "cold_ratio": c["ratio"]})
         if full:
-            out.update(measure_full_check(case, s, b, captured))
+            out.update(measure_full_check(case, s, b, captured, [u.check for u in units]))
     return out
 
 
