@@ -667,7 +667,8 @@ bool SkipPlanBuilder::implied(const Guard &G) const {
   case GuardKind::NoTensorAliasing: // distinct recorded objects stay distinct
     return true;
   case GuardKind::EqualsMatch:
-    // It passed on this object, which cannot change in place.
+    // It passed on the recorded object, which record() requires to be
+    // deeply immutable as well (ImmutableSlots).
     return deeplyImmutable(Objs[G.Object]);
   case GuardKind::DictLength:
   case GuardKind::DictContains:
@@ -718,6 +719,8 @@ SkipPlanBuilder::buildResidual(SkipPlan &P, std::string *WhyNot) {
   for (const Guard &G : S.guards()) {
     if (implied(G)) {
       ++P.NumImplied;
+      if (G.Kind == GuardKind::EqualsMatch)
+        P.ImmutableSlots.push_back(SlotOf[G.Operands[0]]);
       continue;
     }
     // LENGTH_CHECK runs __len__: Python-free on a recorded object of a
@@ -783,7 +786,10 @@ std::unique_ptr<SkipPlan> SkipPlan::build(const BoundGuardSet &Full,
   return SkipPlanBuilder(Full, FrameLocals).run(WhyNot);
 }
 
-SkipPlan::~SkipPlan() = default;
+SkipPlan::~SkipPlan() {
+  for (PyObject *O : Held)
+    Py_XDECREF(O);
+}
 
 void SkipPlan::attach(BoundGuardSet &BoundResidual) {
   assert(BoundResidual.numRecordedSlots() <= Slots.size());
@@ -856,8 +862,29 @@ bool SkipPlan::record(PyObject *FrameLocals) {
   Valid = false;
   if (!Table || !PyDict_CheckExact(FrameLocals))
     return false;
+  // The previous snapshot's objects are released only after this one is
+  // taken (or has failed): a release may free an object whose finalizer runs
+  // Python, which must not happen between the full check and the reads below.
+  std::vector<PyObject *> Old;
+  Old.swap(Held);
+  struct ReleaseOld {
+    std::vector<PyObject *> &V;
+    ~ReleaseOld() {
+      for (PyObject *O : V)
+        Py_XDECREF(O);
+    }
+  } Release{Old};
   for (size_t I = 0; I < Slots.size(); ++I)
     if (!readSlot(I, FrameLocals)) {
+      ++Stats.RecordFailures;
+      return false;
+    }
+  // An implied EQUALS_MATCH passed on this object; it keeps passing only if
+  // the object cannot change in place. Its exact type is the constant's, but
+  // a tuple equal to `(1, 1)` may hold a 0-d tensor that `fill_` changes with
+  // no tag (`conv.padding = (torch.tensor(1), 1)`).
+  for (uint32_t I : ImmutableSlots)
+    if (!deeplyImmutable(Table[I])) {
       ++Stats.RecordFailures;
       return false;
     }
@@ -883,6 +910,10 @@ bool SkipPlan::record(PyObject *FrameLocals) {
     case SkipStep::Field:
       St.Expect = Table[St.Dst];
       St.Type = Py_TYPE(O); // a live anchor may be another object next time
+      // Held, so that no new object can take its address while the owner's
+      // field is compared with it (the file comment).
+      Py_XINCREF(St.Expect);
+      Held.push_back(St.Expect);
       break;
     case SkipStep::TypeIs:
       St.Type = reinterpret_cast<PyTypeObject *>(Table[St.Dst]);

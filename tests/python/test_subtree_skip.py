@@ -11,10 +11,12 @@ it on, threads mutating modules during calls, and exit with live guards.
 from __future__ import annotations
 
 import copy
+import gc
 import subprocess
 import sys
 import textwrap
 import threading
+import types
 
 import pytest
 import torch
@@ -422,3 +424,114 @@ def test_exit_with_live_guards():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().endswith("ok") and "Traceback" not in r.stderr
+
+
+def _defaults_set():
+    """A hand-built set: L['f'] (a function) -> __defaults__ (a Field step:
+    a pointer compare, no tag) -> [0] (a tuple item, no step of its own) ==
+    3.0 (implied). Dynamo's own sets read defaults items through get_item
+    (a live read), so this is the runtime's contract tested directly."""
+    s = _core.GuardSet("defaults")
+    key = s.add_object("key", "f", True, "'f'")
+    fn_type = s.add_object("type", types.FunctionType, True, "function")
+    three = s.add_object("constant", 3.0, True, "3.0")
+    f = s.add_value("frame_local", 0, "L['f']", name="f", key=key)
+    d = s.add_value("func_defaults", f, "L['f'].__defaults__")
+    k = s.add_value("tuple_get_item", d, "L['f'].__defaults__[0]", index=0)
+    s.add_guard("type_match", [f], object=fn_type)
+    s.add_guard("equals_match", [k], object=three)
+    return s
+
+
+def test_a_field_steps_object_cannot_be_replaced_at_its_address():
+    """The recorded `__defaults__` tuple is freed when replaced, and a second
+    fresh 1-tuple comes from the tuple free list, at its address: the Field
+    step's pointer compare would pass and the item's implied EQUALS_MATCH
+    would answer for the old tuple. The plan holds the recorded tuple, so the
+    address cannot come back: the check falls back and fails, as the full
+    set does."""
+    bound = _core.bind(_defaults_set())
+    check = _core.make_guard(bound, None)
+    scale = 3.0
+
+    def make():
+        def f(x, k=scale * 1.0):  # a defaults tuple of its own
+            return x * k
+        return f
+
+    f = make()
+    fl = {"f": f}
+    assert _core.enable_subtree_skip(check, fl) == ""
+    assert check(fl) and check(fl)
+    st = _core.skip_stats(check)
+    assert st["records"] == 1 and st["hits"] == 1
+    recorded = id(f.__defaults__)
+    f.__defaults__ = (7.0,)
+    f.__defaults__ = tuple([float(5)])
+    assert id(f.__defaults__) != recorded
+    assert bound.interpret(fl) is False
+    assert check(fl) is False
+    assert _core.skip_stats(check)["fallbacks"] == 1
+
+
+def test_held_objects_are_released_with_the_check():
+    bound = _core.bind(_defaults_set())
+    check = _core.make_guard(bound, None)
+
+    def f(x, k=float("3")):
+        return x * k
+
+    defaults = f.__defaults__
+    before = sys.getrefcount(defaults)
+    fl = {"f": f}
+    assert _core.enable_subtree_skip(check, fl) == ""
+    assert check(fl) and check(fl)
+    assert sys.getrefcount(defaults) == before + 1  # held by the snapshot
+    new = tuple([3.0])
+    held_by_f = sys.getrefcount(new) + 1
+    f.__defaults__ = new
+    assert check(fl)  # a fallback, a new snapshot: the old tuple is released
+    assert sys.getrefcount(defaults) == before - 1  # f no longer holds it either
+    assert sys.getrefcount(new) == held_by_f + 1  # the new snapshot holds the new one
+    del check
+    gc.collect()
+    assert sys.getrefcount(new) == held_by_f
+
+
+def test_equal_constant_holding_a_tensor_changed_in_place():
+    """`conv.padding == (1, 1)` is implied while conv's __dict__ is unchanged,
+    which holds only if the tuple cannot change in place. A tuple holding a
+    0-d tensor equal to 1 passes the full check, and `fill_(0)` then changes
+    it with no tag: record() refuses such a snapshot, so guardjit recompiles
+    and returns eager's result. Plain torch 2.13 serves the old graph here
+    (its default check keeps passing an immutable-looking value under an
+    unchanged dict; check_verbose fails)."""
+
+    class Conv(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(2, 2, 3, padding=1)
+
+        def forward(self, x):
+            return self.conv(x)
+
+    pair = Pair(Conv, torch.randn(1, 2, 5, 5))
+    assert pair.warm() > 0
+    check = plugin.units()[-1].check
+    zeros = []
+
+    def mutate(m):
+        t = torch.tensor(1)
+        zeros.append(t)
+        m.conv.padding = (t, 1)
+    pair.mutate(mutate)
+    with torch.no_grad():
+        pair.call()
+        for t in zeros:
+            t.fill_(0)
+        want = pair.eager(pair.x)
+        torch.testing.assert_close(pair.gj(pair.x), want)
+        stale = pair.pt(pair.x)
+    assert want.shape == (1, 2, 3, 5) and stale.shape == (1, 2, 5, 5)  # plain torch: the old graph
+    assert pair.gj_count.n == pair.pt_count.n + 1
+    assert _core.skip_stats(check)["record_failures"] >= 1

@@ -14,11 +14,13 @@
 //    pointer and function field those values depend on, in tree order;
 //  * the residual set R: F with every stable value replaced by a `recorded`
 //    slot and every guard that the validation implies dropped (identity,
-//    None/True/False, equality with an immutable constant, dict length,
-//    keys and versions, aliasing between stable values). What no dict version
-//    captures stays in R: TYPE_MATCH (`__class__` can be reassigned), tensor
-//    metadata (`requires_grad_`, `.data =`, `set_`, `resize_` change no
-//    dict), list contents, relations reaching outside, global state, inputs.
+//    None/True/False, equality of an immutable object with an immutable
+//    constant, dict length, keys and versions, aliasing between stable
+//    values; record() refuses a snapshot whose object of an implied equality
+//    is not deeply immutable). What no dict version captures stays in R:
+//    TYPE_MATCH (`__class__` can be reassigned), tensor metadata
+//    (`requires_grad_`, `.data =`, `set_`, `resize_` change no dict), list
+//    contents, relations reaching outside, global state, inputs.
 //
 // After a full check of F passes, record() reads the stable values and the
 // expectations of every step. On a later call validate() runs the steps; when
@@ -37,18 +39,27 @@
 // same address: CPython 3.11 gives every dict mutation and every new dict a
 // fresh value of one global counter (PEP 509 `ma_version_tag`), and every
 // type change a fresh `tp_version_tag`, so a (live object, tag) pair can only
-// match the recorded state itself. Steps run parents first and only
-// dereference objects that are anchors of this call or are held by a
-// container a previous step proved unchanged. A tag of 0, or a type without
-// a valid version tag, never matches. (3.12+ dict watchers can replace the
-// tag steps behind the same interface; this build refuses other versions.)
+// match the recorded state itself. A Field step has no tag: it compares the
+// owner's field with the recorded pointer, so the plan holds a strong
+// reference to each object a Field step recorded (until the next record() or
+// its destruction); a live owner whose field equals it points at that very
+// object, never at a new one allocated where a freed one was (a function's
+// `__defaults__` tuple replaced twice, the second landing on the first's
+// address from the tuple free list, would otherwise pass with new items).
+// Steps run parents first and only dereference objects that are anchors of
+// this call or are held by a container a previous step proved unchanged (or,
+// for a Field step's object, by the plan). A tag of 0, or a type without a
+// valid version tag, never matches. (3.12+ dict watchers can replace the tag
+// steps behind the same interface; this build refuses other versions.)
 //
 // Thread/GIL: every function needs the GIL. validate() and record() call no
-// Python code and release nothing; R is only accepted when it calls no
-// Python either (Plan::build declines otherwise), so a skipped check is
-// atomic with respect to other Python threads. Mirrors (and fixes) torch
-// 2.13's GuardManager dict-tag fast path (torch/csrc/dynamo/guards.cpp,
-// `check_dict_tags` / `_dict_pointers` / `_tag_safe_entries`).
+// Python code and release nothing (record() drops the previous snapshot's
+// held objects once the new one is taken, which may run finalizers); R is
+// only accepted when it calls no Python either (Plan::build declines
+// otherwise), so a skipped check is atomic with respect to other Python
+// threads. Mirrors (and fixes) torch 2.13's GuardManager dict-tag fast path
+// (torch/csrc/dynamo/guards.cpp, `check_dict_tags` / `_dict_pointers` /
+// `_tag_safe_entries`).
 //
 //===----------------------------------------------------------------------===//
 #ifndef GUARDJIT_RUNTIME_SUBTREESKIP_H
@@ -122,7 +133,8 @@ public:
   bool validate(PyObject *FrameLocals);
   /// Takes a snapshot right after the full check passed on `FrameLocals`.
   /// False (no snapshot) when some stable value is not pure-readable now.
-  /// GIL held; calls no Python.
+  /// GIL held; calls no Python until the snapshot is taken (releasing the
+  /// previous snapshot's held objects, last, may run their finalizers).
   bool record(PyObject *FrameLocals);
   /// Drops the snapshot (next call runs the full check).
   void invalidate() { Valid = false; }
@@ -147,6 +159,14 @@ private:
   std::vector<Slot> Slots;
   std::vector<SkipStep> Steps;
   PyObject **Table = nullptr; ///< R's recorded-object table
+  /// Slots whose implied EQUALS_MATCH needs the recorded object itself to
+  /// be deeply immutable (record() checks it): equal to an immutable
+  /// constant does not make it immutable.
+  std::vector<uint32_t> ImmutableSlots;
+  /// Strong references to the objects the Field steps of the last record()
+  /// compare with (see the file comment); released by the next record() and
+  /// by the destructor (GIL held: CheckTargets die with the GIL, TierUp.h).
+  std::vector<PyObject *> Held;
   size_t NumStable = 0, NumSubtrees = 0, NumImplied = 0;
   bool Valid = false;
   SkipStats Stats;
