@@ -154,3 +154,57 @@ def test_each_mutation_is_undone(step, passes):
         assert not v.undo_errors and not oracle.base_ok(t)
     finally:
         t.close()
+
+
+# --- subtree skipping (docs/subtree-skipping.md), on by default -------------
+
+def test_cases_go_through_subtree_skipping(tmp_path):
+    """Each case first checks the installed root twice on the unmutated frame
+    locals (a snapshot recorded, then answered from it), so the mutated state
+    meets validation and the residual check: answers from the residual
+    (rejections among them) and fallbacks to the full check both occur, and
+    no checker disagrees with Dynamo."""
+    s = driver.run(200, seed=3, models=["mlp"], options=["default", "dict_tags"], programs=0,
+                   stance_programs=0, e2e_every=0, out_dir=str(tmp_path), progress=False)
+    c, sk = s.counts, s.skip_dict()
+    assert c["check_disagree"] == 0 and c["leaks"] == 0, s.disagreements[:5]
+    assert sk["source"] == "guardjit default" and sk["units"] == 2, sk
+    assert sk["hits"] > 20 and sk["hits_rejected"] > 10 and sk["fallbacks"] > 20, sk
+    assert sk["full"] == 0 and sk["units_disabled"] == 0 and sk["record_failures"] == 0, sk
+    # One check of each planned unit per case, each through the skip path.
+    assert sk["hits"] + sk["fallbacks"] + sk["full"] == c["unit_checks"] == 200
+    assert "subtree skipping (guardjit default): 2 units with a plan" in s.text()
+
+
+@pytest.mark.parametrize("step,path", [
+    # No dict, type or pointer the validation reads changes: the residual answers.
+    (mutations.Step("t.requires_grad", "L['self']._modules['a']._parameters['weight']"), "hit"),
+    (mutations.Step("m.to", "L['self']", "float64"), "hit"),
+    (mutations.Step("g.inference_mode"), "hit"),
+    # A recorded type or dict changed: the full check runs.
+    (mutations.Step("o.class", "L['self']._modules['a']"), "fallback"),
+    (mutations.Step("delete", "L['self'].gate"), "fallback"),
+])
+def test_skip_path_of_a_mutation(step, path):
+    t = targets.TargetSpec("corpus", "mlp", "default").build()
+    try:
+        assert t.units[0].skip_stats() is not None
+        v = oracle.run_case(t, mutations.Case(0, [step]))
+        assert v.applied == 1, v.skipped
+        assert v.chosen.base == [True, True]
+        assert v.chosen.skip == path and v.chosen.expected is False
+        assert not v.disagrees, v.summary()
+    finally:
+        t.close()
+
+
+def test_wrong_answer_on_the_unmutated_state_is_a_disagreement():
+    from guardjit.fuzz.mutations import Case
+    from guardjit.fuzz.oracle import UnitAnswers, Verdict
+
+    ok = UnitAnswers(0, "0/0", {"dynamo": False, "native": False}, skip="hit", base=[True, True])
+    assert not Verdict(Case(0, []), 1, [], [ok], []).disagrees
+    bad = UnitAnswers(0, "0/0", {"dynamo": False, "native": False}, skip="hit",
+                      base=[True, False])
+    assert Verdict(Case(0, []), 1, [], [bad], []).disagrees
+    assert "unmutated: root=[True, False]" in Verdict(Case(0, []), 1, [], [bad], []).summary()

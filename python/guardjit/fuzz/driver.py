@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from guardjit import plugin
 from guardjit.fuzz import e2e, isolate, leaks, mutations, oracle, reproducer, stance_oracle, targets
 
 
@@ -48,6 +49,10 @@ class Summary:
     unjudged: list[str] = dataclasses.field(default_factory=list)
     build_errors: list[str] = dataclasses.field(default_factory=list)
     targets: int = 0
+    # plugin.subtree_skip_source() when the run started, and why units of
+    # the run's compiles got no skip plan (stats()["subtree_skip"]).
+    skip_source: str = ""
+    skip_declined: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
     @property
     def total_disagreements(self) -> int:
@@ -72,6 +77,17 @@ class Summary:
             f"under an unsafe filter; {c['e2e_unreproduced']} not reproduced in fresh "
             f"processes, {c['e2e_unjudged']} not judged: the case broke the fuzzer's own "
             f"calls)",
+            f"  subtree skipping ({self.skip_source}): {c['skip_units']} units with a plan, "
+            f"{c['skip_units_declined']} declined; "
+            f"of their checks on a case's state, {c['skip_hit']} answered by validation + "
+            f"residual ({c['skip_hit_rejected']} of them rejections), {c['skip_fallback']} "
+            f"fell back to the full check (a recorded dict, type or pointer changed), "
+            f"{c['skip_full']} full (no snapshot); snapshots {c['skip_records']}, record "
+            f"failures {c['skip_record_failures']}, units that stopped skipping "
+            f"{c['skip_units_disabled']}",
+            f"  subtree skipping declined, over every compile of the run: "
+            + (", ".join(f"{n} x {r}" for r, n in sorted(self.skip_declined.items(),
+                                                           key=lambda x: -x[1])) or "none"),
             f"  stance: {c['stance']} probes ({c['stance_calls']} judged calls)",
             f"  disagreements: check {c['check_disagree']}, end to end {c['e2e_mismatch']}, "
             f"stance misroutes {c['stance_misroute']}; undo errors {c['undo_errors']}, "
@@ -99,7 +115,23 @@ class Summary:
                 "torch_behaviour": self.torch_behaviour,
                 "unreproduced": self.unreproduced,
                 "unjudged": self.unjudged,
-                "build_errors": self.build_errors}
+                "build_errors": self.build_errors,
+                "subtree_skip": self.skip_dict()}
+
+    def skip_dict(self) -> dict:
+        """Subtree skipping over the check level (oracle.UnitAnswers.skip):
+        units with a plan; checks of those units on a case's state answered
+        by validation + residual (hits; rejections among them), that fell back
+        to the full check, or ran it without a snapshot; snapshots recorded,
+        record failures and units that stopped skipping (skip_stats)."""
+        c = self.counts
+        return {"source": self.skip_source, "units": c["skip_units"],
+                "units_declined": c["skip_units_declined"],
+                "declined_reasons": dict(self.skip_declined),
+                "hits": c["skip_hit"], "hits_rejected": c["skip_hit_rejected"],
+                "fallbacks": c["skip_fallback"], "full": c["skip_full"],
+                "records": c["skip_records"], "record_failures": c["skip_record_failures"],
+                "units_disabled": c["skip_units_disabled"]}
 
 
 def plan(models: list[str], options: list[str], programs: int, stance_programs: int,
@@ -165,6 +197,8 @@ def run(cases: int, seed: int = 0, models: list[str] | None = None,
     n_check = cases - n_stance
     summary = Summary(seed)
     summary.targets = len(check_specs) + len(stance_specs)
+    summary.skip_source = plugin.subtree_skip_source()
+    declined_before = collections.Counter(plugin.stats()["subtree_skip"]["declined_reasons"])
     bar = _Bar(cases, progress)
     start = time.perf_counter()
     deadline = None if time_limit_s is None else start + time_limit_s
@@ -191,6 +225,8 @@ def run(cases: int, seed: int = 0, models: list[str] | None = None,
             q.setLevel(lv)
         bar.close()
     summary.wall_s = time.perf_counter() - start
+    summary.skip_declined = (collections.Counter(plugin.stats()["subtree_skip"]["declined_reasons"])
+                             - declined_before)
     return summary
 
 
@@ -215,6 +251,10 @@ def _run_check_target(spec: targets.TargetSpec, n: int, seed: int, summary: Summ
             bar.update(n, spec.key, summary)
             return
         c["units_dynamo_path"] += sum(u.status == "dynamo" for u in target.units)
+        planned = sum(u.skip_stats() is not None for u in target.units)
+        c["skip_units"] += planned
+        if summary.skip_source != "off":
+            c["skip_units_declined"] += sum(u.status != "dynamo" for u in target.units) - planned
         eligible = 0
         done = 0
         history: list[dict] = []  # the end-to-end samples run on this target, in order
@@ -237,6 +277,9 @@ def _run_check_target(spec: targets.TargetSpec, n: int, seed: int, summary: Summ
                 exp = ua.expected
                 c["dynamo_pass" if exp is True else "dynamo_fail" if exp is False
                   else "dynamo_raise"] += 1
+                if ua.skip is not None:
+                    c[f"skip_{ua.skip}"] += 1
+                    c["skip_hit_rejected"] += ua.skip == "hit" and exp is False
             if verdict.only_stale_tag_passes:
                 # torch's dict-tag fast path passed what its whole tree fails;
                 # guardjit fails it (a recompile): torch's behaviour.
@@ -277,6 +320,12 @@ def _run_check_target(spec: targets.TargetSpec, n: int, seed: int, summary: Summ
                 bar.update(32, spec.key, summary)
         bar.update(n - (done // 32) * 32, spec.key, summary)
     finally:
+        for u in target.units:
+            st = u.skip_stats()
+            if st is not None:
+                c["skip_records"] += st["records"]
+                c["skip_record_failures"] += st["record_failures"]
+                c["skip_units_disabled"] += st["disabled"]
         target.close()
 
 

@@ -78,7 +78,8 @@ def write(out_dir: str, kind: str, key: str, data: dict, summary: str,
 
 def check_data(key: str, case: Case, verdict: Any, program_source: str | None) -> dict:
     return {"kind": "check", "target": key, "case": case.as_dict(),
-            "answers": [{"unit": u.name, **u.answers} for u in verdict.units if u.disagrees],
+            "answers": [{"unit": u.name, **u.answers, "skip": u.skip, "unmutated": u.base}
+                        for u in verdict.units if u.disagrees],
             "program_source": program_source}
 
 

@@ -13,6 +13,10 @@ A :class:`TargetSpec` names a target (``corpus:mlp:dict_tags``,
   the default pipeline;
 * ``root``: the root the cache entry runs (guardjit's, with that callable).
 
+``native`` and ``root`` run the same check object, which carries the unit's
+subtree skipping when it has a plan (docs/subtree-skipping.md):
+:meth:`CheckUnit.skip_stats` reads its counters.
+
 plus the compile-time frame locals, the globals scope of the frame (for
 ``G[...]`` sources) and the sources of Dynamo's tree (what the mutations
 address). Options: ``default``, each of torch's six ``guard_filter_fn``
@@ -34,7 +38,7 @@ import torch
 import torch._dynamo.guards as dynamo_guards
 
 import guardjit
-from guardjit import plugin
+from guardjit import _core, plugin
 from guardjit.bench.run import FILTERS  # torch's six guard_filter_fn helpers
 
 OPTIONS = ("default",) + FILTERS + ("install_free_tensors", "dict_tags", "multi_entry")
@@ -67,6 +71,15 @@ class CheckUnit:
                 out["native"] = self.native
             out["root"] = self.root.check
         return out
+
+    def skip_stats(self) -> dict | None:
+        """The counters of the subtree skipping of the check the installed
+        root runs (``_core.skip_stats``: hits, fallbacks, records...), None
+        when the unit has no skip plan (declined, skipping off, or on
+        Dynamo's path)."""
+        if self.status == "dynamo" or self.native is None:
+            return None
+        return _core.skip_stats(self.native)
 
 
 @dataclasses.dataclass
