@@ -18,6 +18,7 @@
 #include "guardjit/Runtime/SubtreeSkip.h"
 
 #include <cstddef>
+#include <cstring>
 #include <unordered_map>
 
 using namespace guardjit;
@@ -218,6 +219,18 @@ bool deeplyImmutable(PyObject *C, int Depth = 0) {
       PyFloat_CheckExact(C) || PyUnicode_CheckExact(C) ||
       PyBytes_CheckExact(C) || PyComplex_CheckExact(C))
     return true;
+  // torch's value types: static C types with read-only fields whose
+  // equality runs no Python (torch/csrc/Dtype.cpp, Device.cpp, Layout.cpp,
+  // MemoryFormat.cpp). A heap type of the same name is not one of them.
+  PyTypeObject *T = Py_TYPE(C);
+  if (!(T->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
+    static const char *const TorchValueTypes[] = {
+        "torch.dtype", "torch.device", "torch.layout", "torch.memory_format",
+        "torch.qscheme"};
+    for (const char *Name : TorchValueTypes)
+      if (std::strcmp(T->tp_name, Name) == 0)
+        return true;
+  }
   if (PyTuple_CheckExact(C) && Depth < 4) {
     for (Py_ssize_t I = 0; I < PyTuple_GET_SIZE(C); ++I)
       if (!deeplyImmutable(PyTuple_GET_ITEM(C, I), Depth + 1))
@@ -292,7 +305,10 @@ bool residualGuardOk(const Guard &G, PyObject *const *Objs) {
   case GuardKind::RangeIteratorMatch:
     return true;
   case GuardKind::EqualsMatch:
-    return deeplyImmutable(Objs[G.Object]);
+    // gj_rt_equals_match compares exact types first, so a live value of a
+    // scalar constant's type compares in C. A tuple constant's items are
+    // compared with the live tuple's items, whose __eq__ may be Python.
+    return deeplyImmutable(Objs[G.Object]) && !PyTuple_Check(Objs[G.Object]);
   case GuardKind::DictContains:
     return PyUnicode_CheckExact(Objs[G.Object]);
   case GuardKind::ShapeExpr:

@@ -368,12 +368,17 @@ def test_threads_mutating_modules_during_calls():
     m = Stack(n=2)
     opt = guardjit.compile(m, backend="eager")
     x = torch.randn(2, 8)
+    lin = m.layers[0].lin
+    weights = (lin.weight.data.clone(), lin.weight.data.clone() * -1.0)
     with torch.no_grad():
         states = []
         for alpha in (0.5, 0.25):
-            m.layers[0].alpha = alpha
-            states.append(m(x).clone())
+            for w in weights:
+                m.layers[0].alpha = alpha
+                lin.weight.data = w
+                states.append(m(x).clone())
         m.layers[0].alpha = 0.5
+        lin.weight.data = weights[0]
         opt(x)
         plugin.wait_for_tier_up()
     errors: list = []
@@ -389,7 +394,9 @@ def test_threads_mutating_modules_during_calls():
     def mutator():
         for i in range(200):
             m.layers[0].alpha = (0.5, 0.25)[i % 2]
+            lin.weight.data = weights[i // 2 % 2]
         m.layers[0].alpha = 0.5
+        lin.weight.data = weights[0]
 
     threads = [threading.Thread(target=caller) for _ in range(2)]
     for t in threads:

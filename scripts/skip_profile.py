@@ -1,0 +1,35 @@
+"""Profile of subtree skipping: validation alone vs the residual check alone (docs/performance.md, issue 14).
+
+Usage: python scripts/skip_profile.py stack-8 stack-64 ...  (bench corpus names)
+Writes docs/results/issue14-skip-profile.json.
+"""
+import json, sys, time, statistics
+import torch, guardjit
+from guardjit import plugin, _core
+from guardjit.bench.corpus import CORPUS
+torch.set_num_threads(1)
+plugin.config.keep_units = True; plugin.config.keep_frame_locals = True
+out = {}
+for name in sys.argv[1:]:
+    torch._dynamo.reset(); plugin.clear_units()
+    case = CORPUS[name](False)
+    with torch.no_grad():
+        m = guardjit.compile(case.model, backend="eager")
+        args, kw = case.inputs(); m(*args, **kw); m(*args, **kw)
+        plugin.wait_for_tier_up()
+        for _ in range(3): m(*args, **kw)
+    u = [u for u in plugin.units() if _core.skip_stats(u.check)][0]
+    fl = u.f_locals
+    with torch.no_grad():  # the units were compiled under no_grad (GLOBAL_STATE)
+        assert u.check(fl) and u.check(fl)
+        prof = [_core.skip_profile(u.check, fl, 2000) for _ in range(5)]
+    assert all(p["passed"] == 2000 and p["validated"] == 2000 for p in prof), prof
+    st = _core.skip_stats(u.check)
+    R = _core.residual_set(u.check)
+    out[name] = {"guards": u.guards, "steps": st["steps"], "stable_values": st["stable_values"],
+                 "implied_guards": st["implied_guards"], "residual_guards": st["residual_guards"],
+                 "validate_ns": statistics.median(p["validate_ns"] for p in prof),
+                 "residual_ns": statistics.median(p["residual_ns"] for p in prof),
+                 "residual_kinds": R.count_by_kind()}
+    print(name, json.dumps(out[name]), flush=True)
+json.dump(out, open("/work/main/docs/results/issue14-skip-profile.json", "w"), indent=1)
