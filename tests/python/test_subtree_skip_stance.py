@@ -13,18 +13,10 @@ from __future__ import annotations
 import copy
 
 import torch
+from torch._dynamo.testing import CompileCounter
 
 import guardjit
 from guardjit import plugin
-
-
-class Counter:
-    def __init__(self) -> None:
-        self.n = 0
-
-    def __call__(self, gm, example_inputs):
-        self.n += 1
-        return gm.forward
 
 
 class Cfg:
@@ -63,7 +55,7 @@ def test_stance_routes_every_warmed_value_with_skipping_on():
     torch.manual_seed(0)
     eager = Outer()
     gj_model, pt_model = copy.deepcopy(eager), copy.deepcopy(eager)
-    gj_count, pt_count = Counter(), Counter()
+    gj_count, pt_count = CompileCounter(), CompileCounter()
     gj = guardjit.compile(gj_model, backend=gj_count)
     pt = torch.compile(pt_model, backend=pt_count)
     x = torch.randn(2, 4)
@@ -83,7 +75,7 @@ def test_stance_routes_every_warmed_value_with_skipping_on():
             call(act)
             call(act)
         plugin.wait_for_tier_up()
-        assert gj_count.n == pt_count.n == 2
+        assert gj_count.frame_count == pt_count.frame_count == 2
         assert _skip()["units"] - units_before == 2, _skip()
         hits = _skip()["hits"]
         for _ in range(3):
@@ -93,7 +85,7 @@ def test_stance_routes_every_warmed_value_with_skipping_on():
         with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
             for act in ("relu", "tanh", "tanh", "relu", "relu", "tanh"):
                 call(act)
-        assert gj_count.n == pt_count.n == 2, "the stance recompiled"
+        assert gj_count.frame_count == pt_count.frame_count == 2, "the stance recompiled"
 
         # After the stance, skipping answers again (and a change falls back).
         hits, fallbacks = _skip()["hits"], _skip()["fallbacks"]
@@ -102,4 +94,4 @@ def test_stance_routes_every_warmed_value_with_skipping_on():
         assert _skip()["hits"] > hits
         call("tanh")
         assert _skip()["fallbacks"] > fallbacks
-        assert gj_count.n == pt_count.n == 2
+        assert gj_count.frame_count == pt_count.frame_count == 2
