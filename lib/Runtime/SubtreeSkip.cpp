@@ -152,8 +152,13 @@ PyObject *pureAttr(PyObject *Obj, PyObject *Name, PyObject *Dict) {
   if (!PyUnicode_CheckExact(Name) || !genericGetattr(T))
     return nullptr;
   PyObject *Descr = _PyType_Lookup(T, Name); // borrowed, runs no Python
-  if (Descr && Py_TYPE(Descr)->tp_descr_get)
-    return nullptr; // data descriptor, method, property...: not a plain read
+  // A descriptor (method, property...) is not a plain read. Nor is an object
+  // of a heap type found on the type: its class can gain __get__/__set__
+  // later (then it wins over the instance dict), and no step watches that
+  // class's version. A static type cannot change.
+  if (Descr && (Py_TYPE(Descr)->tp_descr_get ||
+                (Py_TYPE(Descr)->tp_flags & Py_TPFLAGS_HEAPTYPE)))
+    return nullptr;
   if (Dict) {
     if (!PyDict_CheckExact(Dict))
       return nullptr;

@@ -542,3 +542,61 @@ def test_equal_constant_holding_a_tensor_changed_in_place():
     assert want.shape == (1, 2, 3, 5) and stale.shape == (1, 2, 5, 5)  # plain torch: the old graph
     assert pair.gj_count.n == pair.pt_count.n + 1
     assert _core.skip_stats(check)["record_failures"] >= 1
+
+
+class _Marker:
+    """A plain class: its instances are not descriptors, until __get__ and
+    __set__ are added to the class."""
+
+
+class _ShadowedCfg:
+    scale = _Marker()  # found on the type, shadowed by the instance dict
+
+    def __init__(self) -> None:
+        self.scale = 1.0
+
+
+class _ShadowModel(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.cfg = _ShadowedCfg()
+
+    def forward(self, x):
+        return self.lin(x) * self.cfg.scale
+
+
+def test_class_of_a_shadowed_class_attribute_becomes_a_data_descriptor():
+    """`cfg.scale` reads the instance dict while the class attribute of the
+    same name is a plain object. When that object's class gains __get__ and
+    __set__, it wins over the instance dict: no dict or type version that
+    the plan checked changes (only _Marker's), so the read is not stable.
+    guardjit must recompile as plain torch does (found by an adversarial
+    test: it served the old graph)."""
+    torch.manual_seed(0)
+    eager = _ShadowModel()
+    saved = dict(vars(_Marker))
+    try:
+        got = {}
+        for name, compile_fn in (("guardjit", guardjit.compile), ("torch", torch.compile)):
+            m, x = copy.deepcopy(eager), torch.randn(2, 4)
+            counter = Counter()
+            opt = compile_fn(m, backend=counter)
+            with torch.no_grad():
+                opt(x)
+                plugin.wait_for_tier_up()
+                for _ in range(3):
+                    opt(x)
+                _Marker.__get__ = lambda self, obj, typ=None: 5.0
+                _Marker.__set__ = lambda self, obj, value: None
+                assert m.cfg.scale == 5.0
+                for _ in range(2):
+                    torch.testing.assert_close(opt(x), m(x))
+            got[name] = counter.n
+            for k in ("__get__", "__set__"):
+                delattr(_Marker, k)
+        assert got["guardjit"] == got["torch"] == 2, got
+    finally:
+        for k in ("__get__", "__set__"):
+            if k in vars(_Marker) and k not in saved:
+                delattr(_Marker, k)
