@@ -88,14 +88,15 @@ class Pair:
     """The same model compiled by guardjit (skipping on) and by plain torch,
     each with its own counting backend; eager is a third copy."""
 
-    def __init__(self, make=Stack, x=None) -> None:
+    def __init__(self, make=Stack, x=None, compile_kwargs=None) -> None:
         torch.manual_seed(0)
         self.eager = make()
         self.gj_model = copy.deepcopy(self.eager)
         self.pt_model = copy.deepcopy(self.eager)
         self.gj_count, self.pt_count = Counter(), Counter()
-        self.gj = guardjit.compile(self.gj_model, backend=self.gj_count)
-        self.pt = torch.compile(self.pt_model, backend=self.pt_count)
+        kw = compile_kwargs or {}
+        self.gj = guardjit.compile(self.gj_model, backend=self.gj_count, **kw)
+        self.pt = torch.compile(self.pt_model, backend=self.pt_count, **kw)
         self.x = torch.randn(2, 8) if x is None else x
 
     def warm(self, calls: int = 4) -> int:
@@ -111,6 +112,15 @@ class Pair:
             for _ in range(calls):
                 self.call()
         return _skip_stats(self.gj)["hits"] - before
+
+    def warm_only(self) -> None:
+        """Both compiled, guardjit's residual native, calls repeated (no
+        result compared: under an unsafe option torch's may be stale)."""
+        for _ in range(2):
+            self.gj(self.x), self.pt(self.x)
+        plugin.wait_for_tier_up()
+        for _ in range(3):
+            self.gj(self.x), self.pt(self.x)
 
     def mutate(self, fn) -> None:
         for m in (self.eager, self.gj_model, self.pt_model):
@@ -600,3 +610,40 @@ def test_class_of_a_shadowed_class_attribute_becomes_a_data_descriptor():
         for k in ("__get__", "__set__"):
             if k in vars(_Marker) and k not in saved:
                 delattr(_Marker, k)
+
+
+# Known divergence, independent of skipping (GUARDJIT_SUBTREE_SKIP=0 gives the
+# same): under these two filters plain torch 2.13 still recompiles on
+# `requires_grad_(False)` of an inbuilt Linear's weight ("requires_grad
+# mismatch" from its tree), guardjit does not. Strict: it fails once fixed.
+_FILTER_GAP = pytest.mark.xfail(strict=True, reason="guardjit drops a TENSOR_MATCH torch "
+                                "keeps under the nn-module filters (not skipping)")
+
+
+@pytest.mark.parametrize("option", [
+    pytest.param("skip_guard_on_inbuilt_nn_modules_unsafe", marks=_FILTER_GAP),
+    pytest.param("skip_guard_on_all_nn_modules_unsafe", marks=_FILTER_GAP),
+    "install_free_tensors", "use_recursive_dict_tags_for_guards"])
+def test_mutations_under_torchs_options_as_plain_torch(option):
+    """Skipping beside torch's guard options: guardjit with the option (its
+    guards are torch's filtered set, then skipped) must recompile exactly when
+    plain torch with the same option does and return the same output. Under
+    an unsafe filter that output may be torch's stale one; it must be the
+    same stale one, never another."""
+    from guardjit.bench.run import option_kwargs
+
+    compile_kwargs, config = option_kwargs(option)
+    with torch._dynamo.config.patch(**config), torch.no_grad():
+        pair = Pair(compile_kwargs=compile_kwargs)
+        pair.warm_only()
+        mutations = (
+            lambda m: m.layers[1].lin.weight.requires_grad_(False),
+            lambda m: setattr(m.layers[1], "alpha", 0.25),
+            lambda m: m.layers[0].gains.append(3.0),
+            lambda m: setattr(m.cfg, "scale", 2.0),
+        )
+        for mutate in mutations:
+            pair.mutate(mutate)
+            for _ in range(2):
+                torch.testing.assert_close(pair.gj(pair.x), pair.pt(pair.x))
+            pair.same_compiles()
