@@ -90,6 +90,14 @@ class Config:
     # opt_level code. GUARDJIT_TIER_UP sets it for the process.
     tier_up: str = dataclasses.field(
         default_factory=lambda: os.environ.get("GUARDJIT_TIER_UP", "O1"))
+    # Where a unit's first native code is compiled: "background" (the
+    # default: the unit is checked by the interpreter at once and the code
+    # at opt_level, then at tier_up, is swapped in from guardjit's
+    # background thread; no call waits for LLVM) or "sync" (compiled at
+    # opt_level on Dynamo's compile thread, inside the first call).
+    # GUARDJIT_FIRST_TIER sets it for the process.
+    first_tier: str = dataclasses.field(
+        default_factory=lambda: os.environ.get("GUARDJIT_FIRST_TIER", "background"))
     route_all: bool = False  # convert every compile unit (guardjit.install)
     keep_units: bool = False  # keep Unit records (demo, tests, bench)
     keep_frame_locals: bool = False  # keep compile-time frame locals (demo)
@@ -261,7 +269,8 @@ def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
                          unexpected=True, concerns=_explain(bound, f_locals))
     native = None
     compile_ms = 0.0
-    if config.mode == "native":
+    background = config.mode == "native" and config.first_tier != "sync"
+    if config.mode == "native" and not background:
         start = time.perf_counter()
         try:
             native = _core.compile(bound, config.opt_level)
@@ -269,7 +278,7 @@ def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
             return _fallback(compile_id, total, f"JIT: {e}", code, unexpected=True)
         compile_ms = (time.perf_counter() - start) * 1e3
     check = _core.make_guard(bound, native)
-    if not check(f_locals):
+    if native is not None and not check(f_locals):
         return _fallback(compile_id, total,
                          "native check disagrees with Dynamo on the compile-time frame locals", code,
                          unexpected=True,
@@ -297,9 +306,14 @@ def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
         recorder.forget(new_root)  # guardjit's own root: not a recording
     if native is not None:
         tier_up(check)
+    elif background and new_root is not root:
+        # Interpreter first; the background thread compiles, and the first
+        # call of each new code also runs the interpreter (NativeGuard.h).
+        tiering.start(check, config.opt_level, config.tier_up)
     skip_declined = ""
     if new_root is not root:
-        skip_declined = _enable_subtree_skip(check, f_locals, compile_id, native is not None)
+        skip_declined = _enable_subtree_skip(check, f_locals, compile_id,
+                                             config.mode == "native")
     wrapper.dynamo_root = root
     wrapper.guardjit_ir = ir
     wrapper.guardjit_borrowed = borrowed
@@ -311,7 +325,7 @@ def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
     # finalize cloned Dynamo's tree, whose fail counts guardjit never feeds).
     wrapper.diff_guard_root = new_root
 
-    status = "native" if native is not None else "interpreter"
+    status = "native" if config.mode == "native" else "interpreter"
     log.debug("compile unit %s: %d guards checked by guardjit (%s, %.1f ms JIT, %d Python)",
               compile_id, total, status, compile_ms, python_guards)
     _counters[f"units_{status}"] += 1
@@ -516,6 +530,7 @@ def _update_stance(code: Any, wrapper: Any, f_locals: Any, rebuild: bool = False
         with _lock:
             stance.update(code, wrapper, policy=config.diffset_policy, mode=config.mode,
                           opt_level=config.opt_level, tier_up=config.tier_up,
+                          first_tier=config.first_tier,
                           counters=_counters,
                           new_f_locals=f_locals if isinstance(f_locals, dict) else None,
                           rebuild=rebuild)

@@ -193,14 +193,20 @@ def _readable_ir(wrapper: Any) -> Any:
 
 
 def _build(ir: Any, name: str, mode: str, opt_level: str,
-           tier_up: str = "off") -> tuple[Any, Any]:
-    """(root, check) running ``ir`` natively (or interpreted); native code is
-    queued for the background tier at ``tier_up`` (tiering.schedule)."""
+           tier_up: str = "off", first_tier: str = "background") -> tuple[Any, Any]:
+    """(root, check) running ``ir`` natively (or interpreted). With
+    ``first_tier`` "background" the check runs the interpreter until the
+    background thread has compiled it at ``opt_level``, then at ``tier_up``
+    (tiering.start); with "sync" it is compiled here and the tier-up is
+    queued (tiering.schedule)."""
     bound = _core.bind(ir)
-    native = _core.compile(bound, opt_level) if mode == "native" else None
+    sync = mode == "native" and first_tier == "sync"
+    native = _core.compile(bound, opt_level) if sync else None
     check = _core.make_guard(bound, native)
     if native is not None:
         tiering.schedule(check, tier_up)
+    elif mode == "native" and ir.num_guards:
+        tiering.start(check, opt_level, tier_up)
     root = RootGuardManager()
     root.add_lambda_guard(
         check, [f"guardjit: differentiating check of {ir.num_guards} guards ({name})"], None)
@@ -209,7 +215,8 @@ def _build(ir: Any, name: str, mode: str, opt_level: str,
 
 
 def update(code: Any, new_wrapper: Any, *, policy: str, mode: str, opt_level: str,
-           counters: Any, tier_up: str = "off", new_f_locals: dict | None = None, rebuild: bool = False) -> bool:
+           counters: Any, tier_up: str = "off", first_tier: str = "background",
+           new_f_locals: dict | None = None, rebuild: bool = False) -> bool:
     """Recomputes and installs the diff root of every live entry of ``code``
     (and of ``new_wrapper``, the unit being compiled, whose CacheEntry does
     not exist yet). Does nothing for a code without guardjit units. Returns
@@ -259,7 +266,7 @@ def update(code: Any, new_wrapper: Any, *, policy: str, mode: str, opt_level: st
             continue
         try:
             root, check = _build(reduced, str(getattr(w, "guardjit_name", "")), mode, opt_level,
-                                 tier_up)
+                                 tier_up, first_tier)
             if w is new_wrapper and new_f_locals is not None and not check(new_f_locals):
                 raise RuntimeError("the reduced check rejects the unit's compile-time locals")
         except Exception as e:

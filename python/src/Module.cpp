@@ -452,13 +452,15 @@ PYBIND11_MODULE(_core, M) {
 
   M.def(
       "make_guard",
-      [](std::shared_ptr<BoundGuardSet> B, std::shared_ptr<CompiledCheck> C) {
+      [](std::shared_ptr<BoundGuardSet> B, std::shared_ptr<CompiledCheck> C,
+         bool VerifyFirstCall) {
         auto T = std::make_shared<CheckTarget>();
         T->Bound = std::move(B);
         T->Native = std::move(C);
         if (T->Native) {
           T->Fn.store(T->Native->function(), std::memory_order_release);
           T->Level.store(static_cast<int>(T->Native->level()));
+          T->Probation.store(VerifyFirstCall);
         }
         PyObject *Fn = makeNativeGuard(std::move(T));
         if (!Fn)
@@ -466,9 +468,13 @@ PYBIND11_MODULE(_core, M) {
         return py::reinterpret_steal<py::object>(Fn);
       },
       py::arg("bound"), py::arg("native").none(true),
+      py::arg("verify_first_call") = false,
       "Returns a C-level callable `f(f_locals) -> bool` running the native "
       "check (or the interpreter when `native` is None). It keeps the bound "
-      "set and the code alive.");
+      "set and the code alive. With `verify_first_call`, the first call also "
+      "runs the interpreter, as for code the background tier installs: on a "
+      "disagreement the interpreter's answer stands and the code is dropped "
+      "for good (tier_up_stats()['distrusted']).");
 
   M.def(
       "enable_subtree_skip",
@@ -641,6 +647,35 @@ PYBIND11_MODULE(_core, M) {
       "GIL held; returns at once.");
 
   M.def(
+      "start_native",
+      [](py::handle Fn, const std::string &Level, const std::string &Then) {
+        std::shared_ptr<CheckTarget> T = targetOf(Fn);
+        if (T->Fn.load() || T->QueuedLevel.load() >= 0)
+          return false; // native already, or on its way
+        OptLevel L = parseOptLevel(Level);
+        GuardJIT *Next = nullptr;
+        int Queued = static_cast<int>(L);
+        if (!Then.empty() && Then != "off") {
+          OptLevel N = parseOptLevel(Then);
+          if (N > L) {
+            Next = &engine(N);
+            Queued = static_cast<int>(N);
+          }
+        }
+        T->QueuedLevel.store(Queued); // the GIL serializes callers
+        return scheduleTierUp(std::move(T), engine(L), Next);
+      },
+      py::arg("check"), py::arg("opt_level") = "light",
+      py::arg("then") = "off",
+      "Interpreter first: queues the native compile of the check behind "
+      "`check` (a make_guard callable still running the interpreter) at "
+      "`opt_level` on guardjit's background thread, and, once that code is "
+      "in place, a recompile at `then` when it is a higher level. Each new "
+      "code is swapped in atomically; its first call also runs the "
+      "interpreter and must agree with it. False when nothing was queued. "
+      "GIL held; returns at once.");
+
+  M.def(
       "wait_tier_up", &waitTierUp, py::arg("timeout_s") = -1.0,
       "Waits (GIL released) until no background compile is queued or "
       "running, at most `timeout_s` seconds (negative: no limit). True when "
@@ -655,6 +690,7 @@ PYBIND11_MODULE(_core, M) {
     D["dropped"] = St.Dropped;
     D["pending"] = St.Pending;
     D["compile_ms"] = St.CompileMs;
+    D["distrusted"] = distrustedCount();
     D["last_error"] = St.LastError;
     return D;
   }, "Counters of the background tier since the process started.");

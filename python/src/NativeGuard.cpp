@@ -37,7 +37,11 @@ PyTypeObject *HolderType = nullptr;
 PyObject *callCheck(PyObject *Self, PyObject *FrameLocals) {
   Py_INCREF(Self);
   CheckTarget &T = **reinterpret_cast<HolderObject *>(Self)->Target;
+  ++T.InFlight;
   int Ok = runCheck(T, FrameLocals);
+  --T.InFlight;
+  if (T.RetiredPending.load(std::memory_order_relaxed))
+    freeRetired(T);
   Py_DECREF(Self);
   return Py_NewRef(Ok ? Py_True : Py_False);
 }
@@ -45,10 +49,37 @@ PyObject *callCheck(PyObject *Self, PyObject *FrameLocals) {
 PyMethodDef CheckDef = {"guardjit_check", callCheck, METH_O,
                         "guardjit's check of one compile unit's guards."};
 
+uint64_t Distrusted = 0;
+
+/// The first call of new code: native and interpreter must agree. On a
+/// disagreement the code is uninstalled for good and the interpreter's
+/// answer stands (the interpreter is the reference). Either may call
+/// Python; both are reads, so running both changes nothing.
+int runProbation(CheckTarget &T, CheckFn Fn, PyObject *FrameLocals) {
+  int Native = Fn(FrameLocals);
+  int Reference = interpret(*T.Bound, FrameLocals);
+  if (Native == Reference)
+    return Native;
+  if (!T.Distrusted) {
+    T.Distrusted = true;
+    ++Distrusted;
+    T.Fn.store(nullptr, std::memory_order_release);
+    T.Level.store(-1);
+    // The code stays alive (it may be running on another thread) until the
+    // target dies: it is not retired.
+  }
+  return Reference;
+}
+
 /// The full check of `T`: native when compiled, else the interpreter.
 int runFull(CheckTarget &T, PyObject *FrameLocals) {
   CheckFn Fn = T.Fn.load(std::memory_order_acquire);
-  return Fn ? Fn(FrameLocals) : interpret(*T.Bound, FrameLocals);
+  if (!Fn)
+    return interpret(*T.Bound, FrameLocals);
+  if (T.Probation.load(std::memory_order_relaxed) &&
+      T.Probation.exchange(false))
+    return runProbation(T, Fn, FrameLocals);
+  return Fn(FrameLocals);
 }
 
 /// Validation, then the residual check when every recorded dict, type and
@@ -67,7 +98,7 @@ int runSkipping(CheckTarget &T, SkipState &K, PyObject *FrameLocals) {
       ++P.stats().Hits;
       K.MissRun = 0;
       ++R.Calls;
-      int Ok = RFn ? RFn(FrameLocals) : interpret(*R.Bound, FrameLocals);
+      int Ok = runFull(R, FrameLocals); // R has no skipping of its own
       R.Failures += !Ok;
       return Ok;
     }
@@ -96,6 +127,21 @@ int runCheck(CheckTarget &T, PyObject *FrameLocals) {
     ++T.Failures;
   return Ok;
 }
+
+void freeRetired(CheckTarget &T) {
+  if (T.InFlight != 0)
+    return; // the last call in flight frees it when it returns
+  std::vector<std::shared_ptr<CompiledCheck>> Old;
+  {
+    std::lock_guard<std::mutex> G(T.CodeLock);
+    Old.swap(T.Retired);
+    T.RetiredPending.store(false, std::memory_order_relaxed);
+  }
+  // Destroyed here: no call of T runs (InFlight counts every one under the
+  // GIL we hold), and Fn no longer points into this code.
+}
+
+uint64_t distrustedCount() { return Distrusted; }
 
 PyObject *makeNativeGuard(std::shared_ptr<CheckTarget> Target) {
   if (!HolderType) {

@@ -57,8 +57,19 @@ struct CheckTarget {
 
   std::mutex CodeLock; ///< guards Native and Retired
   std::shared_ptr<CompiledCheck> Native; ///< the code of Fn
-  /// Code Fn pointed to before: a call may still be running it.
+  /// Code Fn pointed to before: a call may still be running it. Freed by the
+  /// first call that ends with no other call of this target in flight
+  /// (freeRetired), or with the target.
   std::vector<std::shared_ptr<CompiledCheck>> Retired;
+  std::atomic<bool> RetiredPending{false}; ///< Retired is not empty
+  /// Calls of this target running now, on any thread (a guard that calls
+  /// Python lets other threads run, and they may call it too). GIL held.
+  uint32_t InFlight = 0;
+  /// Set (by the background tier) when new code was installed: its first
+  /// call also runs the interpreter, and a disagreement uninstalls the code
+  /// for good (slower, never wrong; counted in Distrusted). GIL held.
+  std::atomic<bool> Probation{false};
+  std::atomic<bool> Distrusted{false};
 
   /// Set once, before the callable exists; null: the full check every call.
   std::unique_ptr<SkipState> Skip;
@@ -67,6 +78,16 @@ struct CheckTarget {
 /// Runs the check of `T` on `FrameLocals` (borrowed), through its subtree
 /// skipping when it has one. 1 pass, 0 fail; GIL held.
 int runCheck(CheckTarget &T, PyObject *FrameLocals);
+
+/// Frees the retired code of `T` when no call of it is in flight. GIL held.
+/// (A residual target is never called through its own callable, so its
+/// InFlight stays 0; its code runs no Python and so never lets another
+/// thread in while it runs.)
+void freeRetired(CheckTarget &T);
+
+/// Units whose new native code disagreed with the interpreter on its first
+/// call and was uninstalled (a JIT bug; the interpreter answers instead).
+uint64_t distrustedCount();
 
 /// Returns a new reference to a callable running `Target` (GIL held).
 PyObject *makeNativeGuard(std::shared_ptr<CheckTarget> Target);

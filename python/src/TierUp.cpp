@@ -45,7 +45,12 @@ void drainGraveyard() {
     Dead.swap(S->Graveyard);
     S->DrainScheduled = false;
   }
-  // Destroyed here, with the GIL: BoundGuardSet drops its references.
+  // Retired code of the live ones goes now if no call runs it; the dead
+  // ones are destroyed here, with the GIL: BoundGuardSet drops its
+  // references.
+  for (const std::shared_ptr<CheckTarget> &T : Dead)
+    if (T->RetiredPending.load(std::memory_order_relaxed))
+      freeRetired(*T);
 }
 
 int drainPendingCall(void *) {
@@ -86,7 +91,16 @@ void finishJob(std::shared_ptr<CheckTarget> T, bool Dropped, bool Failed,
     S->Idle.notify_all();
 }
 
-void runJob(std::shared_ptr<CheckTarget> T, GuardJIT *Engine) {
+void runJob(std::shared_ptr<CheckTarget> T, GuardJIT *Engine, GuardJIT *Then);
+
+/// Queues a job. Either thread; the caller has counted it as pending.
+void post(std::shared_ptr<CheckTarget> T, GuardJIT *Engine, GuardJIT *Then) {
+  S->Pool->async([T = std::move(T), Engine, Then]() mutable {
+    runJob(std::move(T), Engine, Then);
+  });
+}
+
+void runJob(std::shared_ptr<CheckTarget> T, GuardJIT *Engine, GuardJIT *Then) {
   bool Drop;
   {
     std::lock_guard<std::mutex> G(S->Lock);
@@ -107,18 +121,39 @@ void runJob(std::shared_ptr<CheckTarget> T, GuardJIT *Engine) {
                      llvm::toString(C.takeError()));
   }
   std::shared_ptr<CompiledCheck> New(std::move(*C));
+  if (T->Distrusted) { // read without the GIL: at worst one more compile
+    Busy.unlock();
+    return finishJob(std::move(T), /*Dropped=*/true, false, Ms, "");
+  }
+  // The first call of the new code also runs the interpreter (runFull).
+  T->Probation.store(true, std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> G(T->CodeLock);
-    if (T->Native)
-      T->Retired.push_back(std::move(T->Native));
-    T->Native = New;
+    // The code is complete before its address is published (callCheck
+    // loads with acquire), and published before the old code is retired:
+    // a call that sees RetiredPending (after taking CodeLock) sees the new
+    // Fn, so only calls in flight can still run the old code.
+    T->Fn.store(New->function(), std::memory_order_release);
     T->Level.store(static_cast<int>(Engine->options().Level),
                    std::memory_order_relaxed);
+    if (T->Native) {
+      T->Retired.push_back(std::move(T->Native));
+      T->RetiredPending.store(true, std::memory_order_relaxed);
+    }
+    T->Native = New;
   }
-  // The code is complete before its address is published (callCheck loads
-  // with acquire).
-  T->Fn.store(New->function(), std::memory_order_release);
   Busy.unlock();
+  // The next level, as its own job: a unit compiled at the default tier is
+  // recompiled at the tier-up level only after every earlier job ran, so a
+  // burst of new units all get their first code before any tier-up.
+  if (Then && Then->options().Level > Engine->options().Level) {
+    std::lock_guard<std::mutex> G(S->Lock);
+    if (!S->Stopped) {
+      ++S->Stats.Scheduled;
+      ++S->Stats.Pending;
+      post(T, Then, nullptr);
+    }
+  }
   finishJob(std::move(T), false, false, Ms, "");
 }
 
@@ -150,7 +185,8 @@ State &state() {
 
 } // namespace
 
-bool scheduleTierUp(std::shared_ptr<CheckTarget> Target, GuardJIT &Engine) {
+bool scheduleTierUp(std::shared_ptr<CheckTarget> Target, GuardJIT &Engine,
+                    GuardJIT *Then) {
   State &St = state();
   drainGraveyard();
   {
@@ -162,10 +198,7 @@ bool scheduleTierUp(std::shared_ptr<CheckTarget> Target, GuardJIT &Engine) {
     if (!St.Pool)
       St.Pool = new llvm::StdThreadPool(llvm::hardware_concurrency(1));
   }
-  GuardJIT *E = &Engine;
-  St.Pool->async([T = std::move(Target), E]() mutable {
-    runJob(std::move(T), E);
-  });
+  post(std::move(Target), &Engine, Then);
   return true;
 }
 

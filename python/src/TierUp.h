@@ -48,9 +48,13 @@ struct TierUpStats {
   std::string LastError;  ///< of the newest failure
 };
 
-/// Queues a recompile of `Target` with `Engine` (its level must be above the
-/// target's). Returns false when the worker is stopped (after exit began).
-bool scheduleTierUp(std::shared_ptr<CheckTarget> Target, GuardJIT &Engine);
+/// Queues a compile of `Target` with `Engine` (its level must be above the
+/// target's; the interpreter is below every level). When it is installed
+/// and `Then` is a higher level, a recompile with `Then` is queued behind
+/// every job queued so far. Returns false when the worker is stopped (after
+/// exit began).
+bool scheduleTierUp(std::shared_ptr<CheckTarget> Target, GuardJIT &Engine,
+                    GuardJIT *Then = nullptr);
 
 /// Waits until no job is queued or running, or `TimeoutS` seconds pass
 /// (negative: no limit). Returns true when the queue is empty. GIL held on

@@ -1,8 +1,10 @@
-"""The background tier (python/src/TierUp.h, guardjit/tiering.py): native
-checks recompiled at O1 off the calling thread and swapped in atomically.
-Checked against plain torch's answers (Dynamo's own root), eager results,
-threads calling while code is replaced, units dying before their compile,
-interpreter exit with compiles queued, and fork."""
+"""The background tier (python/src/TierUp.h, guardjit/tiering.py): a new
+unit runs the interpreter at once while its native code is compiled off the
+calling thread (at light, then O1) and swapped in atomically; the first call
+of new code also runs the interpreter. Checked against plain torch's answers
+(Dynamo's own root), eager results, threads calling while code is replaced,
+units dying before their compile, interpreter exit with compiles queued, and
+fork."""
 
 from __future__ import annotations
 
@@ -105,6 +107,59 @@ def test_tier_up_off_keeps_the_light_code(installed, monkeypatch):
     assert not plugin.tier_up(unit.check)
 
 
+def test_no_call_waits_for_llvm(installed):
+    """The default first tier: the unit is installed running the interpreter
+    and no LLVM compile ran on the calling thread (compile_ms 0); the code
+    arrives from the background thread, light first, then O1, and every call
+    meanwhile answers as Dynamo's root."""
+    assert plugin.config.first_tier == "background"
+    st0 = _core.tier_up_stats()
+    model, x = Block(4), torch.randn(2, 8)
+    opt, cap, unit = _compiled_unit(model, x)
+    assert unit.compile_ms == 0.0 and unit.native is None
+    assert _core.tier_up_stats()["scheduled"] > st0["scheduled"]
+    seen = []
+    for _ in range(200):  # calls while the code is on its way (or just landed)
+        seen.append(tiering.level_of(unit.check))
+        assert cap.final_root.check(cap.f_locals) is True
+        assert cap.final_root.check({**cap.f_locals, "x": x.double()}) is False
+    assert plugin.wait_for_tier_up(60) and tiering.level_of(unit.check) == "O1"
+    assert cap.final_root.check(cap.f_locals) is True
+    assert torch.equal(opt(x), model(x))
+    st = _core.tier_up_stats()
+    assert st["installed"] - st0["installed"] >= 2  # light, then O1
+    assert st["distrusted"] == st0["distrusted"]
+    assert seen[0] in (None, "light", "O1")
+
+
+def test_sync_first_tier_compiles_on_the_calling_thread(installed, monkeypatch):
+    monkeypatch.setattr(plugin.config, "first_tier", "sync")
+    _opt, _cap, unit = _compiled_unit(Block(2), torch.randn(2, 8))
+    assert unit.native is not None and unit.compile_ms > 0
+    assert tiering.level_of(unit.check) in ("light", "O1")
+    assert plugin.wait_for_tier_up(60) and tiering.level_of(unit.check) == "O1"
+
+
+def test_first_call_of_new_code_is_checked_against_the_interpreter():
+    """Code whose answer differs from the interpreter's on its first call is
+    dropped for good, and the interpreter's answer stands (here: the code of
+    another unit's set, which rejects these frame locals)."""
+    _o2, _cap_b, b = _compiled_unit(Block(1), torch.randn(3, 8))  # another model, shape
+    _o1, cap_a, a = _compiled_unit(Block(1), torch.randn(2, 8))
+    wrong = _core.compile(b.bound, "light")
+    assert _core.make_guard(b.bound, wrong)(cap_a.f_locals) is False
+    before = _core.tier_up_stats()["distrusted"]
+    check = _core.make_guard(a.bound, wrong, verify_first_call=True)
+    assert tiering.level_of(check) == "light"
+    assert check(cap_a.f_locals) is True  # the interpreter's answer
+    assert tiering.level_of(check) is None  # the code is gone for good
+    assert check(cap_a.f_locals) is True
+    assert _core.tier_up_stats()["distrusted"] == before + 1
+    # Agreeing code stays.
+    good = _core.make_guard(a.bound, _core.compile(a.bound, "light"), verify_first_call=True)
+    assert good(cap_a.f_locals) is True and tiering.level_of(good) == "light"
+
+
 def test_a_bad_level_keeps_the_first_code_and_warns(installed, monkeypatch, caplog):
     monkeypatch.setattr(plugin.config, "tier_up", "O3")
     model, x = Block(1), torch.randn(2, 8)
@@ -114,6 +169,7 @@ def test_a_bad_level_keeps_the_first_code_and_warns(installed, monkeypatch, capl
         opt, _cap, unit = _compiled_unit(model, x)
     finally:
         log.removeHandler(caplog.handler)
+    assert plugin.wait_for_tier_up(60)
     assert unit.status == "native" and tiering.level_of(unit.check) == "light"
     assert any("background tier" in r.getMessage() for r in caplog.records)
     assert torch.equal(opt(x), model(x))
@@ -170,7 +226,8 @@ def test_calls_from_threads_while_code_is_replaced(installed):
         for t in threads:
             t.join()
     assert errors == []
-    assert _core.tier_up_stats()["pending"] == 0
+    # A caller's call may have compiled one more unit after the last wait.
+    assert plugin.wait_for_tier_up(120) and _core.tier_up_stats()["pending"] == 0
 
 
 def test_units_dying_before_their_background_compile(installed):
