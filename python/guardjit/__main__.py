@@ -44,8 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     from guardjit.bench.diffsets import CONFIGS
     from guardjit.bench.scenarios import SCENARIOS
 
-    bench.add_argument("--suite", choices=("corpus", "diffsets"), default="corpus",
-                       help="what to benchmark (default: corpus)")
+    bench.add_argument("--suite", choices=("corpus", "diffsets", "memory"), default="corpus",
+                       help="what to benchmark (default: corpus); memory: resident memory "
+                            "over compile/evict cycles through torch, guardjit against plain "
+                            "torch in fresh processes, and the import cost")
+    bench.add_argument("--units", type=int, default=1000,
+                       help="memory: compile units (default: 1000, --quick: 200)")
     bench.add_argument("--models", nargs="+", choices=list(CORPUS), default=list(CORPUS),
                        help="corpus: models to run (default: all)")
     bench.add_argument("--scenarios", nargs="+", choices=list(SCENARIOS),
@@ -164,6 +168,8 @@ def _bench(args: argparse.Namespace) -> int:
         return 2
     if args.suite == "diffsets":
         return _bench_diffsets(args)
+    if args.suite == "memory":
+        return _bench_memory(args)
     from guardjit.bench import report, run
 
     settings = run.Settings.quick_mode() if args.quick else run.Settings()
@@ -185,6 +191,21 @@ def _bench(args: argparse.Namespace) -> int:
     if args.plot:
         report.plot(data, args.plot)
         print(f"wrote {args.plot}", file=sys.stderr)
+    return 0
+
+
+def _bench_memory(args: argparse.Namespace) -> int:
+    import json
+
+    from guardjit.bench import memory
+
+    units = 200 if args.quick and args.units == 1000 else args.units
+    data = memory.run(units=units)
+    print(memory.format_text(data))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(data, f, indent=1)
+        print(f"wrote {args.json}", file=sys.stderr)
     return 0
 
 

@@ -1,10 +1,14 @@
 //===- TierUp.h - Recompile hot checks off the calling thread ---*- C++ -*-===//
 //
-// A compile unit first runs the check compiled on Dynamo's compile thread at
-// the `light` level (fast to compile, slow code: LLVM's O0 register allocator
-// spills every value live across a block). TierUp compiles the same bound set
-// again at OptLevel::O1 on one background thread and swaps the new function
-// into the unit's CheckTarget atomically; no call waits for LLVM.
+// A compile unit first runs guardjit's interpreter (CheckTarget::Fn null).
+// TierUp compiles its bound set on one background thread at the first level
+// (`light`: fast to compile, slow code: LLVM's O0 register allocator spills
+// every value live across a block), swaps the function into the unit's
+// CheckTarget atomically, then queues a recompile at OptLevel::O1 and swaps
+// again; no call waits for LLVM. (With plugin.config.first_tier = "sync" the
+// first code is compiled on Dynamo's compile thread and only O1 is queued.)
+// The first call of each new code also runs the interpreter (Probation in
+// NativeGuard.h); replaced code is freed once no call runs it (Retired).
 //
 // Threads and GIL:
 //   - schedule() and wait() are called with the GIL held; wait() releases it
