@@ -156,6 +156,14 @@ class GuardJitManagerWrapper(dynamo_guards.GuardManagerWrapper):
     guardjit_borrowed: list | None  # weakrefs to the objects it borrows
     guardjit_name: str  # the compile id
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name == "cache_entry":
+            if value is not None:
+                self.__dict__["_guardjit_had_entry"] = True
+            elif self.__dict__.get("_guardjit_had_entry"):
+                _release(self)
+
     def populate_diff_guard_manager(self) -> None:
         # torch calls this on every existing entry at the start of each
         # compile of the same code (update_diff_guard_managers_for_existing_
@@ -352,6 +360,32 @@ def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
 
 
 _LEVELS = ("O0", "light", "O1", "O2")
+
+
+def _release(wrapper: GuardJitManagerWrapper) -> None:
+    """Frees guardjit's part of a unit whose cache entry died.
+
+    torch's CacheEntry sets ``cache_entry = None`` on its wrapper when it is
+    destroyed (``torch._dynamo.reset()``, the code object collected) or
+    invalidated (an ID_MATCH'd object collected): torch/csrc/dynamo/
+    cache_entry.cpp, ``~CacheEntry`` and ``CacheEntry::invalidate``. The
+    wrapper itself may live on much longer: the CheckFunctionManager that
+    owns it is kept alive by the ``weakref.finalize`` of every object it
+    ID_MATCHes (torch/_dynamo/guards.py ``id_ref``), so plain torch keeps its
+    guard tree for as long as the model lives. guardjit then keeps no more
+    than torch: the root goes back to Dynamo's tree, and the check (bound
+    set, native code, subtree-skipping plan, residual and differentiating
+    checks) and the IR are dropped. Called from torch's C++ with the GIL."""
+    d = wrapper.__dict__
+    dynamo_root = d.get("dynamo_root")
+    if dynamo_root is None:
+        return
+    d["root"] = dynamo_root
+    d["diff_guard_root"] = dynamo_root
+    d["guardjit_ir"] = None
+    d["guardjit_borrowed"] = None
+    d.pop("_guardjit_diff", None)
+    _counters["units_released"] += 1
 
 
 def subtree_skip_source() -> str:
@@ -631,6 +665,10 @@ def stats() -> dict[str, Any]:
         "native_fraction": (c.get("guards_native", 0) / total) if total else 0.0,
         "sets_native_fraction": (converted / seen) if seen else 0.0,
         "compile_ms_total": c.get("compile_ms_total", 0.0),
+        # units whose cache entry died and whose check guardjit freed
+        # (_release); live_checks: check targets still alive in the process
+        "units_released": c.get("units_released", 0),
+        "live_checks": _core.live_checks(),
         # SHAPE_ENV code parts of converted units checked as native shape
         # expressions / left in a Python epilogue lambda.
         "shape_parts_native": c.get("shape_parts_native", 0),

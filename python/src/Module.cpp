@@ -681,6 +681,13 @@ PYBIND11_MODULE(_core, M) {
       "running, at most `timeout_s` seconds (negative: no limit). True when "
       "none is left.");
 
+  M.def(
+      "live_checks", [] { return CheckTarget::Live.load(); },
+      "Check targets alive in this process (one per make_guard callable, "
+      "plus one per residual check of subtree skipping), each holding a "
+      "bound set and its native code: 0 once every unit died and the "
+      "background tier drained (wait_tier_up).");
+
   M.def("tier_up_stats", [] {
     TierUpStats St = tierUpStats();
     py::dict D;

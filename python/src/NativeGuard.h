@@ -46,6 +46,14 @@ struct SkipState {
 /// (release) after Native under CodeLock, so a call loads Fn (acquire) once
 /// and runs code that stays alive as long as this target.
 struct CheckTarget {
+  CheckTarget() { Live.fetch_add(1, std::memory_order_relaxed); }
+  ~CheckTarget() { Live.fetch_sub(1, std::memory_order_relaxed); }
+  CheckTarget(const CheckTarget &) = delete;
+  CheckTarget &operator=(const CheckTarget &) = delete;
+  /// Targets alive in this process (each holds a bound set and its code):
+  /// what the eviction tests count.
+  static inline std::atomic<int64_t> Live{0};
+
   std::shared_ptr<BoundGuardSet> Bound;
   std::atomic<CheckFn> Fn{nullptr}; ///< null: interpreter
   /// The OptLevel (as int) of Fn's code; -1 for the interpreter.
