@@ -40,6 +40,7 @@ def _entry_managers(code) -> list:
 
 def _native_calls(manager) -> int:
     """Calls of the native check installed as ``manager``'s root."""
+    assert plugin.wait_for_tier_up(120)  # the interpreter runs until then
     calls, _, native = _core.guard_counters(_unit_check(manager))
     assert native
     return calls

@@ -69,6 +69,7 @@ def _check_entries(run: S.Run) -> None:
                 expected = w.root if st.kind == "full" else st.reduced_root
                 assert w.diff_guard_root is expected
                 if st.kind == "reduced":
+                    assert plugin.wait_for_tier_up(120)  # interpreter until then
                     calls, _, native = _core.guard_counters(st.check)
                     assert native == (plugin.config.mode == "native")
                     reduced_calls.append(calls)

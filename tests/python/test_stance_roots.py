@@ -314,6 +314,7 @@ def test_outside_the_stance_only_full_roots_run(installed):
             opt(*args, **kwargs)
     after = [_core.guard_counters(c)[0] for c in diff_checks]
     assert sum(after) > sum(before)
+    assert plugin.wait_for_tier_up(120)  # the interpreter runs until then
     assert all(_core.guard_counters(c)[2] for c in diff_checks)  # native
 
 
