@@ -216,9 +216,11 @@ def _outcome(fn, x) -> tuple:
 
 
 def _program(compile_fn, filter_name: str | None, mutation: str) -> tuple[list, list, int]:
-    """Compiles a fresh _Block (seeded), calls it twice, mutates, calls it
-    twice: (outcomes, compiles after each call, filter calls). compile_fn
-    None runs eager."""
+    """Compiles a fresh _Block (seeded), calls it four times (guardjit's
+    background tier in place after two, so the mutation meets its native
+    check with subtree skipping engaged), mutates, calls it twice:
+    (outcomes, compiles after each call, filter calls). compile_fn None runs
+    eager."""
     torch._dynamo.reset()
     plugin.clear_units()
     _set_gain(1.0)
@@ -231,8 +233,10 @@ def _program(compile_fn, filter_name: str | None, mutation: str) -> tuple[list, 
     x = torch.randn(2, 4)
     outcomes, compiles = [], []
     try:
-        for step in range(4):
+        for step in range(6):
             if step == 2:
+                plugin.wait_for_tier_up()
+            if step == 4:
                 mutate = E2E_MUTATIONS[mutation]
                 if mutate is None:
                     x = torch.randn(3, 4)
