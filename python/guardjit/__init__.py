@@ -62,6 +62,8 @@ def compile(model: Any = None, **kwargs: Any) -> Any:
     a module torch's ``OptimizedModule`` (same class, ``_orig_mod``,
     ``state_dict``; it pickles, saves with ``torch.save`` and deep-copies,
     and the copy is still guardjit's), for a function a wrapper of torch's.
+    Like torch.compile it pops ``guard_filter_fn`` from the ``options`` dict
+    it is given: pass each compile its own dict.
     Compile units created while the returned callable runs (the model's
     frames, including graph-break continuations) are converted; every other
     torch.compile is untouched unless :func:`install` was called.

@@ -84,6 +84,13 @@ def _skip_stats(opt) -> dict:
     return guardjit.stats()["subtree_skip"]
 
 
+def _fresh(compile_kwargs: dict) -> dict:
+    """A copy of torch.compile kwargs with its own ``options`` dict (torch.compile
+    pops ``guard_filter_fn`` and ``use_aoti`` from it, torch/__init__.py)."""
+    return {k: dict(v) if k == "options" and isinstance(v, dict) else v
+            for k, v in compile_kwargs.items()}
+
+
 class Pair:
     """The same model compiled by guardjit (skipping on) and by plain torch,
     each with its own counting backend; eager is a third copy."""
@@ -94,9 +101,12 @@ class Pair:
         self.gj_model = copy.deepcopy(self.eager)
         self.pt_model = copy.deepcopy(self.eager)
         self.gj_count, self.pt_count = Counter(), Counter()
+        # One options dict per compile: torch.compile pops guard_filter_fn
+        # from the dict it is given, so a shared one would leave the second
+        # compile unfiltered.
         kw = compile_kwargs or {}
-        self.gj = guardjit.compile(self.gj_model, backend=self.gj_count, **kw)
-        self.pt = torch.compile(self.pt_model, backend=self.pt_count, **kw)
+        self.gj = guardjit.compile(self.gj_model, backend=self.gj_count, **_fresh(kw))
+        self.pt = torch.compile(self.pt_model, backend=self.pt_count, **_fresh(kw))
         self.x = torch.randn(2, 8) if x is None else x
 
     def warm(self, calls: int = 4) -> int:
@@ -612,24 +622,21 @@ def test_class_of_a_shadowed_class_attribute_becomes_a_data_descriptor():
                 delattr(_Marker, k)
 
 
-# Known divergence, independent of skipping (GUARDJIT_SUBTREE_SKIP=0 gives the
-# same): under these two filters plain torch 2.13 still recompiles on
-# `requires_grad_(False)` of an inbuilt Linear's weight ("requires_grad
-# mismatch" from its tree), guardjit does not. Strict: it fails once fixed.
-_FILTER_GAP = pytest.mark.xfail(strict=True, reason="guardjit drops a TENSOR_MATCH torch "
-                                "keeps under the nn-module filters (not skipping)")
-
-
 @pytest.mark.parametrize("option", [
-    pytest.param("skip_guard_on_inbuilt_nn_modules_unsafe", marks=_FILTER_GAP),
-    pytest.param("skip_guard_on_all_nn_modules_unsafe", marks=_FILTER_GAP),
+    "skip_guard_on_inbuilt_nn_modules_unsafe", "skip_guard_on_all_nn_modules_unsafe",
     "install_free_tensors", "use_recursive_dict_tags_for_guards"])
 def test_mutations_under_torchs_options_as_plain_torch(option):
     """Skipping beside torch's guard options: guardjit with the option (its
     guards are torch's filtered set, then skipped) must recompile exactly when
     plain torch with the same option does and return the same output. Under
     an unsafe filter that output may be torch's stale one; it must be the
-    same stale one, never another."""
+    same stale one, never another.
+
+    Each side gets its own options dict (Pair): torch.compile pops
+    guard_filter_fn from the dict it is given, and a shared one left plain
+    torch unfiltered, which looked like guardjit missing the requires_grad
+    guard torch keeps. Under both nn-module filters torch drops the Linear
+    weight's TENSOR_MATCH, so requires_grad_ recompiles neither side."""
     from guardjit.bench.run import option_kwargs
 
     compile_kwargs, config = option_kwargs(option)
@@ -642,8 +649,11 @@ def test_mutations_under_torchs_options_as_plain_torch(option):
             lambda m: m.layers[0].gains.append(3.0),
             lambda m: setattr(m.cfg, "scale", 2.0),
         )
-        for mutate in mutations:
+        for i, mutate in enumerate(mutations):
+            before = pair.pt_count.n
             pair.mutate(mutate)
             for _ in range(2):
                 torch.testing.assert_close(pair.gj(pair.x), pair.pt(pair.x))
             pair.same_compiles()
+            if i == 0:  # requires_grad_ of an inbuilt Linear's weight
+                assert (pair.pt_count.n > before) == ("nn_modules" not in option)

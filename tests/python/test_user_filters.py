@@ -194,3 +194,18 @@ def test_named_filters_are_torch_functions_passed_through(name):
     (full,) = plugin.units()
     assert unit.guards < full.guards
     assert (unit.guards == 0) == (name == "skip_all_guards_unsafe")
+
+
+def test_options_dict_consumed_as_torch_does():
+    """torch.compile pops guard_filter_fn from the options dict it is given
+    (torch/__init__.py), so a dict reused for a second compile gives that
+    compile no filter. guardjit.compile passes the dict through and leaves
+    it exactly as torch.compile does; a test comparing the two must give
+    each compile its own dict (test_subtree_skip.py once did not, and plain
+    torch ran unfiltered)."""
+    after = {}
+    for name, compile_fn in (("torch", torch.compile), ("guardjit", guardjit.compile)):
+        options = {"guard_filter_fn": torch.compiler.skip_all_guards_unsafe}
+        compile_fn(torch.nn.Linear(2, 2), backend="eager", options=options)
+        after[name] = dict(options)
+    assert after["guardjit"] == after["torch"] == {}

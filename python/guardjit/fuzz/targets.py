@@ -253,7 +253,10 @@ def build(spec: TargetSpec, sides: str = "both") -> Target:
         if sides == "both":
             from guardjit.bench.run import SideBackend
 
-            plain = torch.compile(entry, backend=SideBackend("eager", "torch"), **compile_kwargs)
+            # Its own options dict: the compile above popped guard_filter_fn
+            # from compile_kwargs' (torch.compile does, torch/__init__.py).
+            plain_kwargs, _ = _option(spec.option)
+            plain = torch.compile(entry, backend=SideBackend("eager", "torch"), **plain_kwargs)
             plain(*args, **kwargs)
     finally:
         plugin.config.keep_units = False
