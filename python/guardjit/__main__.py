@@ -44,10 +44,13 @@ def main(argv: list[str] | None = None) -> int:
     from guardjit.bench.diffsets import CONFIGS
     from guardjit.bench.scenarios import SCENARIOS
 
-    bench.add_argument("--suite", choices=("corpus", "diffsets", "memory"), default="corpus",
+    bench.add_argument("--suite", choices=("corpus", "diffsets", "memory", "latency"),
+                       default="corpus",
                        help="what to benchmark (default: corpus); memory: resident memory "
                             "over compile/evict cycles through torch, guardjit against plain "
-                            "torch in fresh processes, and the import cost")
+                            "torch in fresh processes, and the import cost; latency: the "
+                            "first call against plain torch and the time until native code "
+                            "is in place, per --models")
     bench.add_argument("--units", type=int, default=1000,
                        help="memory: compile units (default: 1000, --quick: 200)")
     bench.add_argument("--models", nargs="+", choices=list(CORPUS), default=list(CORPUS),
@@ -170,6 +173,8 @@ def _bench(args: argparse.Namespace) -> int:
         return _bench_diffsets(args)
     if args.suite == "memory":
         return _bench_memory(args)
+    if args.suite == "latency":
+        return _bench_latency(args)
     from guardjit.bench import report, run
 
     settings = run.Settings.quick_mode() if args.quick else run.Settings()
@@ -202,6 +207,21 @@ def _bench_memory(args: argparse.Namespace) -> int:
     units = 200 if args.quick and args.units == 1000 else args.units
     data = memory.run(units=units)
     print(memory.format_text(data))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(data, f, indent=1)
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0
+
+
+def _bench_latency(args: argparse.Namespace) -> int:
+    import json
+
+    from guardjit.bench import latency
+
+    data = latency.run(args.models, quick=args.quick, repeats=args.repeats or 3,
+                       progress=not args.no_progress)
+    print(latency.format_text(data))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(data, f, indent=1)
