@@ -627,10 +627,10 @@ def _function(default=math.nan, kw=complex(math.nan, 0), cell=1):
 GLOBAL_SCOPE: dict = {}
 
 
-def test_hand_built_function_object_and_lambda_kinds():
-    """NOT_NONE, DICT_VERSION, LAMBDA (leaf and epilogue) and the function,
-    type, weakref, call, grad, set, generic-attribute, dict key/value, tensor
-    property and lambda accessors, in a hand-built set, agree at every level."""
+def _hand_scenario():
+    """The hand-built set: (its Checked, the recorded locals, a strategy of
+    frame locals around them, the live object its global weakref points at,
+    a dead weakref)."""
     h = Hand("hand")
     fn = h.local("fn")
     # Each kind first on its value, so that each can be the guard that fails.
@@ -734,9 +734,18 @@ def test_hand_built_function_object_and_lambda_kinds():
             fl.pop(draw(st.sampled_from(sorted(base))), None)
         return fl
 
+    return checked, base, hand_locals(), live, dead_ref, overrides
+
+
+def test_hand_built_function_object_and_lambda_kinds():
+    """NOT_NONE, DICT_VERSION, LAMBDA (leaf and epilogue) and the function,
+    type, weakref, call, grad, set, generic-attribute, dict key/value, tensor
+    property and lambda accessors, in a hand-built set, agree at every level."""
+    checked, base, hand_locals, live, dead_ref, overrides = _hand_scenario()
+
     @settings(max_examples=EXAMPLES * 2, deadline=None, derandomize=True, database=None,
               suppress_health_check=list(HealthCheck))
-    @given(fl=hand_locals(), dead_global=st.integers(0, 9))
+    @given(fl=hand_locals, dead_global=st.integers(0, 9))
     def prop(fl, dead_global):
         if dead_global == 0:
             GLOBAL_SCOPE["wr"] = dead_ref
@@ -747,6 +756,15 @@ def test_hand_built_function_object_and_lambda_kinds():
 
     prop()
     assert checked.agree(base)
+    # Each override alone, deterministically (every kind of the set then
+    # fails on its own at least once, whatever hypothesis drew).
+    for name, values in sorted(overrides.items()):
+        for v in _drawn(values, 8):
+            fl = dict(base)
+            fl[name] = v
+            if v is None:
+                del fl[name]
+            checked.agree(fl)
 
 
 def test_fake_script_type_match_via_torch_root():
@@ -788,6 +806,98 @@ def test_fake_script_type_match_via_torch_root():
         assert checked.agree({"x": v}) == root.check({"x": v})
 
     prop()
+
+
+def _drawn(strategy, n: int) -> list:
+    """``n`` values of ``strategy``, the same on every run."""
+    out: list = []
+
+    @settings(max_examples=n, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(v=strategy)
+    def collect(v):
+        out.append(v)
+
+    collect()
+    return out
+
+
+SWAP_ROUNDS = 8
+CALLERS = 3
+
+
+def test_answers_stay_right_while_code_is_swapped_in_under_three_threads():
+    """Interpreter -> light -> O1 swaps land while three threads call the same
+    callable (``make_guard(bound, None)`` + ``start_native(check, "light",
+    "O1")``, a fresh callable each round) on drawn frame locals: every
+    answer equals the interpreter's precomputed one, every round reached O1
+    with calls seen at each level, and no new code was distrusted (its first
+    call never disagreed with the interpreter)."""
+    args = _many_kinds_args()
+    units = _dynamo_units(many_kinds, tuple(args.values()))
+    assert plugin.wait_for_tier_up(120)
+    hand, hand_base, hand_locals, _, _, _ = _hand_scenario()
+    sets = [(u.bound, _drawn(frame_locals(_many_kinds_args(), ("x", "y")), 60)) for u in units]
+    sets.append((hand.bound, _drawn(hand_locals, 60)))
+    cases = [(bound, [(fl, bound.interpret(fl)) for fl in fls]) for bound, fls in sets]
+    for _, pairs in cases:
+        assert {e for _, e in pairs} == {True, False}
+
+    distrusted = _core.tier_up_stats()["distrusted"]
+    installed = _core.tier_up_stats()["installed"]
+    wrong: list[str] = []
+    levels_seen: collections.Counter = collections.Counter()
+    calls = [0]
+    old_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        for r in range(SWAP_ROUNDS):
+            bound, pairs = cases[r % len(cases)]
+            check = _core.make_guard(bound, None)
+            assert tiering.level_of(check) is None
+            seen: set = set()
+            done = threading.Event()
+
+            def caller(k, check=check, pairs=pairs, seen=seen, done=done):
+                i = k
+                passes_at_o1 = 0
+                while passes_at_o1 < 2:
+                    fl, expected = pairs[i % len(pairs)]
+                    level = tiering.level_of(check)
+                    got = check(fl)
+                    seen.add(level)
+                    calls[0] += 1
+                    if got is not expected:
+                        wrong.append(f"round {r} thread {k} level {level} case {i % len(pairs)}: "
+                                     f"{got} != interpreter {expected}")
+                    i += 1
+                    if i % len(pairs) == k and level == "O1":
+                        passes_at_o1 += 1
+                    if done.is_set() and level == "O1" and i > 10 * len(pairs):
+                        break
+
+            threads = [threading.Thread(target=caller, args=(k,)) for k in range(CALLERS)]
+            for t in threads:
+                t.start()
+            assert _core.start_native(check, "light", "O1")
+            assert _core.wait_tier_up(120)
+            done.set()
+            for t in threads:
+                t.join(120)
+                assert not t.is_alive()
+            assert tiering.level_of(check) == "O1"
+            levels_seen.update(seen)
+    finally:
+        sys.setswitchinterval(old_interval)
+    assert not wrong, wrong[:10]
+    st_after = _core.tier_up_stats()
+    assert st_after["distrusted"] == distrusted
+    assert st_after["installed"] >= installed + 2 * SWAP_ROUNDS
+    # Calls ran on the interpreter and on both tiers of code.
+    assert levels_seen[None] and levels_seen["light"] and levels_seen["O1"] == SWAP_ROUNDS, \
+        levels_seen
+    print(f"\n{SWAP_ROUNDS} rounds, {calls[0]} calls from {CALLERS} threads; rounds that "
+          f"called each level: {dict(levels_seen)}")
 
 
 def test_every_kind_was_decided_both_ways():
