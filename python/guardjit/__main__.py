@@ -134,6 +134,13 @@ def main(argv: list[str] | None = None) -> int:
                       help="where disagreements are saved (default: fuzz-reproducers)")
     fuzz.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
                       help="stop starting new cases after this long")
+    fuzz.add_argument("--tier-swaps", action="store_true",
+                      help="also ask, per unit, a fresh interpreter-first callable every "
+                           "--swap-batch cases while light then O1 code is swapped in "
+                           "(docs/fuzzing.md)")
+    fuzz.add_argument("--swap-batch", type=int, default=8, metavar="N",
+                      help="cases a swapping callable serves at least, and until it reached O1, "
+                           "before a fresh one (default: 8)")
     fuzz.add_argument("--json", metavar="FILE", help="also write the summary as JSON")
     fuzz.add_argument("--replay", metavar="FILE.py", help="replay a saved reproducer and exit")
     fuzz.add_argument("--no-progress", action="store_true", help="no progress bar")

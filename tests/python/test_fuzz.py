@@ -40,6 +40,24 @@ def test_fixed_seed_slice_agrees(tmp_path):
     assert {"t", "m", "o", "g", "set", "delete"} <= families, families
 
 
+def test_cases_across_tier_swaps_agree(tmp_path):
+    """--tier-swaps: every unit also answers through a fresh interpreter-first
+    callable whose light and O1 code land from the background thread between
+    and during the cases; it agrees with Dynamo on every case, calls ran on
+    the interpreter and on swapped-in code, swaps landed between two calls of
+    one callable, and no new code was distrusted on its first call."""
+    s = driver.run(240, seed=3, models=["mlp"], options=["default", "multi_entry"],
+                   programs=2, stance_programs=0, stance_share=0.0, e2e_every=0,
+                   out_dir=str(tmp_path), progress=False, tier_swaps=True, swap_batch=4)
+    c = s.counts
+    assert s.cases == 240 and not s.build_errors, s.build_errors
+    assert c["check_disagree"] == 0 and c["swap_distrusted"] == 0, s.disagreements[:5]
+    assert c["swap_callables"] >= 4
+    assert c["swap_calls_interpreter"] and c["swap_calls_light"] + c["swap_calls_O1"], dict(c)
+    assert c["swaps_observed"] >= 2, dict(c)
+    assert "tier swaps:" in s.text()
+
+
 def _without_globals(unit: targets.CheckUnit):
     """A real native check with every global guard dropped (torch's
     skip_guard_on_globals_unsafe filter as a guardjit pass): wrong on purpose."""

@@ -27,8 +27,9 @@ from typing import Any
 
 import torch
 
-from guardjit import plugin
-from guardjit.fuzz import e2e, isolate, leaks, mutations, oracle, reproducer, stance_oracle, targets
+from guardjit import _core, plugin
+from guardjit.fuzz import (e2e, isolate, leaks, mutations, oracle, reproducer, stance_oracle, swaps,
+                           targets)
 
 
 @dataclasses.dataclass
@@ -54,10 +55,12 @@ class Summary:
     skip_source: str = ""
     skip_declined: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
+    tier_swaps: bool = False
+
     @property
     def total_disagreements(self) -> int:
         return (self.counts["check_disagree"] + self.counts["stance_misroute"]
-                + self.counts["e2e_mismatch"])
+                + self.counts["e2e_mismatch"] + self.counts["swap_distrusted"])
 
     def text(self) -> str:
         c = self.counts
@@ -89,6 +92,15 @@ class Summary:
             + (", ".join(f"{n} x {r}" for r, n in sorted(self.skip_declined.items(),
                                                            key=lambda x: -x[1])) or "none"),
             f"  stance: {c['stance']} probes ({c['stance_calls']} judged calls)",
+        ]
+        if self.tier_swaps:
+            lines.append(
+                f"  tier swaps: {c['swap_callables']} fresh callables (interpreter -> "
+                f"{swaps.FIRST} -> {swaps.THEN}); calls at interpreter "
+                f"{c['swap_calls_interpreter']}, {swaps.FIRST} {c['swap_calls_' + swaps.FIRST]}, "
+                f"{swaps.THEN} {c['swap_calls_' + swaps.THEN]}; swaps observed between two "
+                f"calls {c['swaps_observed']}; new code distrusted {c['swap_distrusted']}")
+        lines += [
             f"  disagreements: check {c['check_disagree']}, end to end {c['e2e_mismatch']}, "
             f"stance misroutes {c['stance_misroute']}; undo errors {c['undo_errors']}, "
             f"state leaks {c['leaks']}",
@@ -189,13 +201,15 @@ def run(cases: int, seed: int = 0, models: list[str] | None = None,
         options: list[str] | None = None, programs: int = 20, stance_programs: int = 3,
         stance_share: float = 0.03, e2e_every: int = 97, out_dir: str = "fuzz-reproducers",
         progress: bool = True, time_limit_s: float | None = None,
-        override: oracle.CheckerOverride | None = None, minimize: bool = True) -> Summary:
+        override: oracle.CheckerOverride | None = None, minimize: bool = True,
+        tier_swaps: bool = False, swap_batch: int = 8) -> Summary:
     models = list(targets.CORPUS_MODELS) if models is None else models
     options = list(targets.OPTIONS) if options is None else options
     check_specs, stance_specs = plan(models, options, programs, stance_programs, seed)
     n_stance = int(cases * stance_share) if stance_specs else 0
     n_check = cases - n_stance
     summary = Summary(seed)
+    summary.tier_swaps = tier_swaps
     summary.targets = len(check_specs) + len(stance_specs)
     summary.skip_source = plugin.subtree_skip_source()
     declined_before = collections.Counter(plugin.stats()["subtree_skip"]["declined_reasons"])
@@ -215,7 +229,7 @@ def run(cases: int, seed: int = 0, models: list[str] | None = None,
             for spec, n in zip(check_specs, _split(n_check, max(len(check_specs), 1))):
                 if n and (deadline is None or time.perf_counter() < deadline):
                     _run_check_target(spec, n, seed, summary, bar, out_dir, e2e_every, override,
-                                      minimize, deadline)
+                                      minimize, deadline, swap_batch if tier_swaps else 0)
             for spec, n in zip(stance_specs, _split(n_stance, max(len(stance_specs), 1))):
                 if n and (deadline is None or time.perf_counter() < deadline):
                     _run_stance_target(spec, n, seed, summary, bar, out_dir, deadline)
@@ -237,7 +251,9 @@ def _build_error(summary: Summary, key: str, e: BaseException) -> None:
 
 def _run_check_target(spec: targets.TargetSpec, n: int, seed: int, summary: Summary, bar: _Bar,
                       out_dir: str, e2e_every: int, override: Any, minimize: bool,
-                      deadline: float | None) -> None:
+                      deadline: float | None, swap_batch: int = 0) -> None:
+    """``swap_batch`` > 0: cases also run across tier swaps (swaps.py), a
+    fresh swapping callable per unit every ``swap_batch`` cases."""
     try:
         target = spec.build()
     except Exception as e:  # noqa: BLE001 - reported, the run goes on
@@ -245,6 +261,7 @@ def _run_check_target(spec: targets.TargetSpec, n: int, seed: int, summary: Summ
         bar.update(n, spec.key, summary)
         return
     c = summary.counts
+    tier = None
     try:
         if not target.units:
             _build_error(summary, spec.key, RuntimeError("no compile unit to check"))
@@ -258,12 +275,16 @@ def _run_check_target(spec: targets.TargetSpec, n: int, seed: int, summary: Summ
         eligible = 0
         done = 0
         history: list[dict] = []  # the end-to-end samples run on this target, in order
+        tier = swaps.TierSwaps(target, swap_batch) if swap_batch else None
+        case_override = tier.override(override) if tier is not None else override
         for i in range(n):
             if deadline is not None and i % 64 == 0 and time.perf_counter() > deadline:
                 break
             rng = random.Random(f"{seed}:{spec.key}:{i}")
             case = mutations.random_case(rng, target.units)
-            verdict = oracle.run_case(target, case, override)
+            if tier is not None:
+                tier.before_case(i)
+            verdict = oracle.run_case(target, case, case_override)
             done += 1
             summary.cases += 1
             c["check"] += 1
@@ -290,7 +311,7 @@ def _run_check_target(spec: targets.TargetSpec, n: int, seed: int, summary: Summ
                         f"and guardjit fail, after {[str(s) for s in case.steps]}")
             elif verdict.disagrees:
                 c["check_disagree"] += 1
-                _save_check(target, case, verdict, summary, out_dir, override, minimize)
+                _save_check(target, case, verdict, summary, out_dir, case_override, minimize)
             ran_e2e = False
             if e2e_every and e2e.eligible(target, case):
                 eligible += 1
@@ -320,6 +341,15 @@ def _run_check_target(spec: targets.TargetSpec, n: int, seed: int, summary: Summ
                 bar.update(32, spec.key, summary)
         bar.update(n - (done // 32) * 32, spec.key, summary)
     finally:
+        if tier is not None:
+            _core.wait_tier_up(60)  # this target's swaps land before it is closed
+            c.update(tier.counts)
+            distrusted = tier.distrusted()
+            if distrusted:
+                c["swap_distrusted"] += distrusted
+                summary.disagreements.append(
+                    f"{spec.key}: {distrusted} new native code(s) disagreed with the "
+                    f"interpreter on their first call (tier_up_stats distrusted)")
         for u in target.units:
             st = u.skip_stats()
             if st is not None:
@@ -443,7 +473,8 @@ def main(args: Any) -> int:
                       programs=args.programs, stance_programs=args.stance_programs,
                       stance_share=args.stance_share, e2e_every=args.e2e_every,
                       out_dir=args.out, progress=not args.no_progress,
-                      time_limit_s=args.time_limit)
+                      time_limit_s=args.time_limit, tier_swaps=args.tier_swaps,
+                      swap_batch=args.swap_batch)
     except Exception:
         traceback.print_exc()
         return 2
