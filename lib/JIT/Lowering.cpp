@@ -53,8 +53,9 @@ static_assert(sizeof(DictReadCache) == 24 &&
                   offsetof(DictReadCache, Value) == 16,
               "DictReadCache is lowered as {ptr, i64, ptr}");
 
-Lowerer::Lowerer(const GuardSet &S, const BoundGuardSet *BS, Module &M)
-    : BS(BS), S(S), M(M), Ctx(M.getContext()), B(Ctx),
+Lowerer::Lowerer(const GuardSet &S, const BoundGuardSet *BS, Module &M,
+                 std::vector<TableSlot> *Table, StringRef TableName)
+    : BS(BS), Table(Table), TableName(TableName.str()), S(S), M(M), Ctx(M.getContext()), B(Ctx),
       PtrTy(PointerType::getUnqual(Ctx)), I32(Type::getInt32Ty(Ctx)),
       I64(Type::getInt64Ty(Ctx)),
       Likely(MDBuilder(Ctx).createLikelyBranchWeights()) {}
@@ -139,23 +140,66 @@ FunctionCallee Lowerer::helper(StringRef Name, Type *Ret,
 
 Constant *Lowerer::pointer(const void *Address) {
   if (!BS) {
-    // Symbolic lowering: CPython's statics by their C names, so that emitted
-    // text does not depend on where libpython was loaded.
-    static const std::pair<const void *, const char *> Statics[] = {
-        {Py_None, "_Py_NoneStruct"},
-        {Py_True, "_Py_TrueStruct"},
-        {Py_False, "_Py_FalseStruct"},
-        {&PyDict_Type, "PyDict_Type"},
-        {&PyModule_Type, "PyModule_Type"},
-        {&PyTuple_Type, "PyTuple_Type"},
-        {&PyList_Type, "PyList_Type"},
-    };
-    for (const auto &[Addr, Name] : Statics)
-      if (Addr == Address)
-        return symbol(Name);
+    // Symbolic and relocatable lowering: CPython's statics by their C names,
+    // so that the code does not depend on where libpython was loaded.
+    for (const RuntimeSymbol &Static : cpythonStatics())
+      if (Static.Address == Address)
+        return symbol(Static.Name);
+    assert(!Table && "relocatable code must not embed an address");
   }
   return ConstantExpr::getIntToPtr(
       ConstantInt::get(I64, reinterpret_cast<uintptr_t>(Address)), PtrTy);
+}
+
+std::string Lowerer::symbolicName(TableSlot::SlotKind K, uint32_t Index) {
+  switch (K) {
+  case TableSlot::Object:
+    return "gj.obj." + std::to_string(Index);
+  case TableSlot::Payload:
+    return "gj.payload.g" + std::to_string(Index);
+  case TableSlot::ValueMemo:
+    return "gj.memo.v" + std::to_string(Index);
+  case TableSlot::GuardMemo:
+    return "gj.memo.g" + std::to_string(Index);
+  case TableSlot::Recorded:
+    return "gj.recorded";
+  }
+  return "gj.unknown";
+}
+
+llvm::Value *Lowerer::tableSlot(TableSlot::SlotKind K, uint32_t Index) {
+  if (!TableVar)
+    // Loads address a placeholder until the table's size is known.
+    TableVar = new GlobalVariable(M, PtrTy, /*isConstant=*/false,
+                                  GlobalValue::ExternalLinkage, nullptr,
+                                  TableName + ".placeholder");
+  auto [It, New] =
+      SlotOf.try_emplace((uint64_t(K) << 32) | Index, Table->size());
+  if (New)
+    Table->push_back({K, Index});
+  llvm::Value *Addr = B.CreateConstInBoundsGEP1_64(PtrTy, TableVar, It->second);
+  // The table is written once, before the code first runs: invariant, so
+  // loads of one slot may be merged across calls.
+  auto *L = B.CreateAlignedLoad(PtrTy, Addr, Align(8));
+  L->setMetadata(LLVMContext::MD_invariant_load, MDNode::get(Ctx, {}));
+  return L;
+}
+
+void Lowerer::finishTable() {
+  // At least one slot, so the symbol always exists for the linker to find.
+  ArrayType *Ty = ArrayType::get(PtrTy, std::max<size_t>(Table->size(), 1));
+  // Exported (the engine looks it up to fill it) but dso_local: code reads a
+  // slot with one RIP-relative load, no GOT.
+  auto *GV = new GlobalVariable(M, Ty, /*isConstant=*/false,
+                                GlobalValue::ExternalLinkage,
+                                ConstantAggregateZero::get(Ty), TableName);
+  GV->setDSOLocal(true);
+  GV->setAlignment(Align(8));
+  if (TableVar) {
+    TableVar->replaceAllUsesWith(GV);
+    TableVar->eraseFromParent();
+  }
+  TableVar = GV;
 }
 
 void Lowerer::beginBlock(const Twine &Name) {
@@ -292,6 +336,8 @@ Expected<Function *> Lowerer::run(StringRef Name, LoweringStats &Stats) {
   for (auto It = ReleaseBlocks.rbegin(); It != ReleaseBlocks.rend(); ++It)
     (*It)->moveAfter(&F->back());
   CommonFail->insertInto(F);
+  if (Table)
+    finishTable();
   return F;
 }
 
@@ -308,6 +354,62 @@ Expected<Function *> lowerGuardSetSymbolic(const GuardSet &Set, Module &M,
   LoweringStats Local;
   Lowerer L(Set, nullptr, M);
   return L.run(Name, Stats ? *Stats : Local);
+}
+
+Expected<Function *> lowerGuardSetRelocatable(const GuardSet &Set, Module &M,
+                                              StringRef Name,
+                                              StringRef TableName,
+                                              std::vector<TableSlot> &Table,
+                                              LoweringStats *Stats) {
+  LoweringStats Local;
+  Table.clear();
+  Lowerer L(Set, nullptr, M, &Table, TableName);
+  return L.run(Name, Stats ? *Stats : Local);
+}
+
+const void *tableSlotAddress(const BoundGuardSet &Set, TableSlot Slot,
+                             bool *InRange) {
+  const GuardSet &S = Set.set();
+  bool Ok = false;
+  const void *Address = nullptr;
+  switch (Slot.Kind) {
+  case TableSlot::Object:
+    if ((Ok = Slot.Index < S.objects().size()))
+      Address = Set.object(Slot.Index);
+    break;
+  case TableSlot::Payload:
+    if ((Ok = Slot.Index < S.guards().size()))
+      Address = Set.payload(Slot.Index);
+    break;
+  case TableSlot::ValueMemo:
+    if ((Ok = Slot.Index < S.values().size()))
+      Address = Set.dictCache(Slot.Index);
+    break;
+  case TableSlot::GuardMemo:
+    if ((Ok = Slot.Index < S.guards().size()))
+      Address = Set.guardCache(Slot.Index);
+    break;
+  case TableSlot::Recorded:
+    if ((Ok = Slot.Index == 0))
+      Address = Set.recordedSlots();
+    break;
+  }
+  if (InRange)
+    *InRange = Ok;
+  return Address;
+}
+
+ArrayRef<RuntimeSymbol> cpythonStatics() {
+  static const RuntimeSymbol Statics[] = {
+      {"_Py_NoneStruct", Py_None},
+      {"_Py_TrueStruct", Py_True},
+      {"_Py_FalseStruct", Py_False},
+      {"PyDict_Type", &PyDict_Type},
+      {"PyModule_Type", &PyModule_Type},
+      {"PyTuple_Type", &PyTuple_Type},
+      {"PyList_Type", &PyList_Type},
+  };
+  return Statics;
 }
 
 ArrayRef<RuntimeSymbol> runtimeSymbols() {
