@@ -16,6 +16,7 @@
 #include "llvm/ExecutionEngine/Orc/Core.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
 #include "llvm/ExecutionEngine/Orc/LLJIT.h"
+#include "llvm/ExecutionEngine/Orc/ObjectLinkingLayer.h"
 #include "llvm/ExecutionEngine/Orc/ThreadSafeModule.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/LegacyPassManager.h"
@@ -94,12 +95,72 @@ const char *levelName(OptLevel L) {
   return "?";
 }
 
-/// The names inside every relocatable object: each set has its own
-/// JITDylib, so identical sets give identical objects.
+/// The function's name inside every relocatable object: each set has its
+/// own JITDylib, so identical sets give identical objects.
 constexpr const char *CheckName = "gj_check";
-constexpr const char *TableName = "gj_table";
 
 } // namespace
+
+/// Binds the address symbols of relocatable code (`gj.a.<k>`) while JITLink
+/// links it: the object of a set is linked into the set's own JITDylib, and
+/// this plugin turns each such external symbol into an absolute one with the
+/// address slot k holds, straight in the link graph. No ORC symbol is
+/// defined or looked up per address, so binding costs one relocation per
+/// use and the code keeps its 64-bit immediates.
+class GuardJIT::AddressBinder : public ObjectLinkingLayer::Plugin {
+public:
+  /// Registers `Addresses` for what is linked into `JD` until `forget`.
+  void bind(JITDylib &JD, ArrayRef<void *> Addresses) {
+    std::lock_guard<std::mutex> Lock(M);
+    Bindings[&JD] = Addresses;
+  }
+  void forget(JITDylib &JD) {
+    std::lock_guard<std::mutex> Lock(M);
+    Bindings.erase(&JD);
+  }
+
+  void modifyPassConfig(MaterializationResponsibility &MR, jitlink::LinkGraph &,
+                        jitlink::PassConfiguration &Config) override {
+    ArrayRef<void *> Addresses;
+    {
+      std::lock_guard<std::mutex> Lock(M);
+      auto It = Bindings.find(&MR.getTargetJITDylib());
+      if (It == Bindings.end())
+        return;
+      Addresses = It->second;
+    }
+    Config.PostPrunePasses.push_back(
+        [Addresses](jitlink::LinkGraph &G) -> Error {
+          StringRef Prefix = RelocatableAddressPrefix;
+          SmallVector<jitlink::Symbol *, 0> ToBind;
+          for (jitlink::Symbol *Sym : G.external_symbols())
+            if (Sym->getName().starts_with(Prefix))
+              ToBind.push_back(Sym);
+          for (jitlink::Symbol *Sym : ToBind) {
+            unsigned Slot;
+            if (Sym->getName().drop_front(Prefix.size()).getAsInteger(10,
+                                                                      Slot) ||
+                Slot >= Addresses.size())
+              return createStringError("address symbol '%s' has no slot",
+                                       Sym->getName().str().c_str());
+            G.makeAbsolute(*Sym, ExecutorAddr::fromPtr(Addresses[Slot]));
+          }
+          return Error::success();
+        });
+  }
+  Error notifyFailed(MaterializationResponsibility &) override {
+    return Error::success();
+  }
+  Error notifyRemovingResources(JITDylib &, ResourceKey) override {
+    return Error::success();
+  }
+  void notifyTransferringResources(JITDylib &, ResourceKey,
+                                   ResourceKey) override {}
+
+private:
+  std::mutex M;
+  DenseMap<JITDylib *, ArrayRef<void *>> Bindings;
+};
 
 struct GuardJIT::Lowered {
   std::unique_ptr<LLVMContext> Ctx;
@@ -160,6 +221,12 @@ Expected<std::unique_ptr<GuardJIT>> GuardJIT::create(JITOptions Opts) {
 
   std::unique_ptr<GuardJIT> Engine(new GuardJIT(std::move(*J), Opts));
   Engine->TM = std::move(*TM);
+  auto *Linker = dyn_cast<ObjectLinkingLayer>(&Engine->J->getObjLinkingLayer());
+  if (!Linker)
+    return createStringError("guardjit needs JITLink (ObjectLinkingLayer)");
+  auto Binder = std::make_unique<AddressBinder>();
+  Engine->Binder = Binder.get();
+  Linker->addPlugin(std::move(Binder));
   // The library lives inside Python: ORC must never print to stderr.
   GuardJIT *Self = Engine.get();
   Engine->J->getExecutionSession().setErrorReporter(
@@ -275,7 +342,7 @@ Expected<GuardJIT::Lowered> GuardJIT::lower(const GuardSet &S,
   auto F = Bound ? lowerGuardSetRelocatable(S, *L.M,
                                             KeepNames ? StringRef(L.Symbol)
                                                       : StringRef(CheckName),
-                                            TableName, L.Table, &L.Stats)
+                                            L.Table, &L.Stats)
                  : lowerGuardSetSymbolic(S, *L.M, L.Symbol, &L.Stats);
   if (!F)
     return F.takeError();
@@ -317,24 +384,23 @@ Error GuardJIT::link(CompiledCheck &Result, const BoundGuardSet &Set,
     Links.push_back(Link);
   JD.setLinkOrder(std::move(Links), /*LinkAgainstThisJITDylibFirst=*/true);
 
+  // 4. Link (inside the lookup), binding the address symbols on the way.
+  Binder->bind(JD, Addresses);
   auto Fail = [&](Error E) -> Error {
+    Binder->forget(JD);
     if (Error R = ES.removeJITDylib(JD))
       reportError(std::move(R));
     return E;
   };
   if (Error E = J->addObjectFile(JD, std::move(Object)))
     return Fail(std::move(E));
-  SymbolStringPtr Fn = J->mangleAndIntern(CheckName);
-  SymbolStringPtr Tab = J->mangleAndIntern(TableName);
-  auto Syms = ES.lookup(
+  auto Fn = ES.lookup(
       makeJITDylibSearchOrder(&JD, JITDylibLookupFlags::MatchAllSymbols),
-      SymbolLookupSet({Fn, Tab}));
-  if (!Syms)
-    return Fail(Syms.takeError());
-  // 5. Bind: the table is written once, before anyone can call the code.
-  auto *Slots = (*Syms)[Tab].getAddress().toPtr<void **>();
-  std::copy(Addresses.begin(), Addresses.end(), Slots);
-  Result.Fn = (*Syms)[Fn].getAddress().toPtr<CheckFn>();
+      J->mangleAndIntern(CheckName));
+  if (!Fn)
+    return Fail(Fn.takeError());
+  Binder->forget(JD);
+  Result.Fn = Fn->getAddress().toPtr<CheckFn>();
   Result.Dylib = &JD;
   return Error::success();
 }

@@ -41,11 +41,10 @@ class Lowerer {
 public:
   /// `BS` null lowers `S` with symbolic addresses (lowerGuardSetSymbolic);
   /// `Table` non-null lowers it relocatable (lowerGuardSetRelocatable): the
-  /// per-set addresses are loads from the table `TableName`, whose layout is
+  /// per-set addresses are absolute symbols `gj.a.<slot>`, whose layout is
   /// appended to *Table.
   Lowerer(const GuardSet &S, const BoundGuardSet *BS, llvm::Module &M,
-          std::vector<TableSlot> *Table = nullptr,
-          llvm::StringRef TableName = {});
+          std::vector<TableSlot> *Table = nullptr);
 
   llvm::Expected<llvm::Function *> run(llvm::StringRef Name,
                                        LoweringStats &Stats);
@@ -59,7 +58,7 @@ private:
                               llvm::ArrayRef<llvm::Type *> Params);
   llvm::Constant *pointer(const void *Address);
   /// The addresses of the BoundGuardSet: immediates, symbols standing for
-  /// them (symbolic), or loads from the set's address table (relocatable).
+  /// them (symbolic), or absolute symbols the linker binds (relocatable).
   /// The one place where a per-set address is materialized.
   llvm::Value *address(TableSlot::SlotKind K, uint32_t Index) {
     if (Table)
@@ -89,12 +88,13 @@ private:
     return L;
   }
   static std::string symbolicName(TableSlot::SlotKind K, uint32_t Index);
-  /// Relocatable lowering: a load of slot (K, Index) of the address table,
-  /// assigning the slot on first use.
+  /// Relocatable lowering: the absolute symbol of slot (K, Index) of the
+  /// address table, assigning the slot on first use.
   llvm::Value *tableSlot(TableSlot::SlotKind K, uint32_t Index);
-  /// Relocatable lowering: defines the table with its final size.
-  void finishTable();
-  /// An external global named `Name` (symbolic lowering only).
+  /// An external global `Name` that is an absolute address anywhere in the
+  /// 64-bit space: a 64-bit immediate in the code, patched by the linker.
+  llvm::Constant *absoluteSymbol(const llvm::Twine &Name);
+  /// An external global named `Name` (symbolic and relocatable lowering).
   llvm::Constant *symbol(const llvm::Twine &Name) {
     return M.getOrInsertGlobal(Name.str(), B.getInt8Ty());
   }
@@ -186,12 +186,9 @@ private:
                                const std::string &P);
 
   const BoundGuardSet *BS;
-  /// Relocatable lowering: the table layout being built, the placeholder
-  /// global its loads address until finishTable, and slot numbers by
-  /// (kind << 32 | index).
+  /// Relocatable lowering: the table layout being built and slot numbers
+  /// by (kind << 32 | index).
   std::vector<TableSlot> *Table;
-  std::string TableName;
-  llvm::GlobalVariable *TableVar = nullptr;
   llvm::DenseMap<uint64_t, unsigned> SlotOf;
   const GuardSet &S;
   llvm::Module &M;

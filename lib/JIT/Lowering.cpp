@@ -54,8 +54,8 @@ static_assert(sizeof(DictReadCache) == 24 &&
               "DictReadCache is lowered as {ptr, i64, ptr}");
 
 Lowerer::Lowerer(const GuardSet &S, const BoundGuardSet *BS, Module &M,
-                 std::vector<TableSlot> *Table, StringRef TableName)
-    : BS(BS), Table(Table), TableName(TableName.str()), S(S), M(M), Ctx(M.getContext()), B(Ctx),
+                 std::vector<TableSlot> *Table)
+    : BS(BS), Table(Table), S(S), M(M), Ctx(M.getContext()), B(Ctx),
       PtrTy(PointerType::getUnqual(Ctx)), I32(Type::getInt32Ty(Ctx)),
       I64(Type::getInt64Ty(Ctx)),
       Likely(MDBuilder(Ctx).createLikelyBranchWeights()) {}
@@ -144,7 +144,7 @@ Constant *Lowerer::pointer(const void *Address) {
     // so that the code does not depend on where libpython was loaded.
     for (const RuntimeSymbol &Static : cpythonStatics())
       if (Static.Address == Address)
-        return symbol(Static.Name);
+        return Table ? absoluteSymbol(Static.Name) : symbol(Static.Name);
     assert(!Table && "relocatable code must not embed an address");
   }
   return ConstantExpr::getIntToPtr(
@@ -168,38 +168,31 @@ std::string Lowerer::symbolicName(TableSlot::SlotKind K, uint32_t Index) {
 }
 
 llvm::Value *Lowerer::tableSlot(TableSlot::SlotKind K, uint32_t Index) {
-  if (!TableVar)
-    // Loads address a placeholder until the table's size is known.
-    TableVar = new GlobalVariable(M, PtrTy, /*isConstant=*/false,
-                                  GlobalValue::ExternalLinkage, nullptr,
-                                  TableName + ".placeholder");
   auto [It, New] =
       SlotOf.try_emplace((uint64_t(K) << 32) | Index, Table->size());
   if (New)
     Table->push_back({K, Index});
-  llvm::Value *Addr = B.CreateConstInBoundsGEP1_64(PtrTy, TableVar, It->second);
-  // The table is written once, before the code first runs: invariant, so
-  // loads of one slot may be merged across calls.
-  auto *L = B.CreateAlignedLoad(PtrTy, Addr, Align(8));
-  L->setMetadata(LLVMContext::MD_invariant_load, MDNode::get(Ctx, {}));
-  return L;
+  return absoluteSymbol(RelocatableAddressPrefix + Twine(It->second));
 }
 
-void Lowerer::finishTable() {
-  // At least one slot, so the symbol always exists for the linker to find.
-  ArrayType *Ty = ArrayType::get(PtrTy, std::max<size_t>(Table->size(), 1));
-  // Exported (the engine looks it up to fill it) but dso_local: code reads a
-  // slot with one RIP-relative load, no GOT.
-  auto *GV = new GlobalVariable(M, Ty, /*isConstant=*/false,
-                                GlobalValue::ExternalLinkage,
-                                ConstantAggregateZero::get(Ty), TableName);
-  GV->setDSOLocal(true);
-  GV->setAlignment(Align(8));
-  if (TableVar) {
-    TableVar->replaceAllUsesWith(GV);
-    TableVar->eraseFromParent();
+Constant *Lowerer::absoluteSymbol(const Twine &Name) {
+  auto *GV = cast<GlobalVariable>(symbol(Name));
+  // The same code as an address baked in: the code generator materializes
+  // the address as a 64-bit immediate (movabs, R_X86_64_64) that the linker
+  // patches. `absolute_symbol` alone is not enough: x86 instruction
+  // selection still folds a load from the symbol into a RIP-relative operand
+  // (which cannot reach it); a global of the large code model is never
+  // folded. Measured before this: a GOT or table load per address cost up to
+  // 2 ns per guard on memoized dict reads.
+  if (!GV->getMetadata(LLVMContext::MD_absolute_symbol)) {
+    Metadata *FullRange[] = {
+        ConstantAsMetadata::get(ConstantInt::get(I64, -1)),
+        ConstantAsMetadata::get(ConstantInt::get(I64, -1))};
+    GV->setMetadata(LLVMContext::MD_absolute_symbol,
+                    MDNode::get(Ctx, FullRange));
+    GV->setCodeModel(CodeModel::Large);
   }
-  TableVar = GV;
+  return GV;
 }
 
 void Lowerer::beginBlock(const Twine &Name) {
@@ -336,8 +329,6 @@ Expected<Function *> Lowerer::run(StringRef Name, LoweringStats &Stats) {
   for (auto It = ReleaseBlocks.rbegin(); It != ReleaseBlocks.rend(); ++It)
     (*It)->moveAfter(&F->back());
   CommonFail->insertInto(F);
-  if (Table)
-    finishTable();
   return F;
 }
 
@@ -358,12 +349,11 @@ Expected<Function *> lowerGuardSetSymbolic(const GuardSet &Set, Module &M,
 
 Expected<Function *> lowerGuardSetRelocatable(const GuardSet &Set, Module &M,
                                               StringRef Name,
-                                              StringRef TableName,
                                               std::vector<TableSlot> &Table,
                                               LoweringStats *Stats) {
   LoweringStats Local;
   Table.clear();
-  Lowerer L(Set, nullptr, M, &Table, TableName);
+  Lowerer L(Set, nullptr, M, &Table);
   return L.run(Name, Stats ? *Stats : Local);
 }
 

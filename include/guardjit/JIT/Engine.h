@@ -2,8 +2,9 @@
 //
 // Compiles one BoundGuardSet to one native check function (guardjit::CheckFn)
 // with LLVM ORC's LLJIT. The code is relocatable (lowerGuardSetRelocatable):
-// each compiled set owns a JITDylib holding its code and its address table,
-// filled from the BoundGuardSet at link time; dropping the CompiledCheck
+// each compiled set owns a JITDylib holding its code, whose address symbols
+// are bound to the BoundGuardSet's addresses at link time; dropping the
+// CompiledCheck
 // removes the JITDylib and frees the code. Runtime helpers and CPython's
 // statics are reached through absolute symbols. With a cache directory the
 // object is reused across processes (JIT/ObjectCache.h).
@@ -13,7 +14,7 @@
 // they may run without the GIL and from several threads (IR passes and code
 // generation are serialized per engine; lowering is not). Calling the
 // compiled function needs the GIL. The BoundGuardSet must outlive the
-// compiled function (its address table points into it).
+// compiled function (its addresses are linked into the code).
 //
 // Code levels (compile ms per 100 guards measured on a 2 vCPU EPYC, noisy):
 //   O0    IR as lowered; codegen CodeGenOptLevel::None with FastISel (~2-3).
@@ -181,8 +182,8 @@ private:
   /// Runs this engine's IR pipeline over `M`. Caller holds CodegenLock.
   void optimize(llvm::Module &M);
   /// Links `Object` (relocatable code of `Set`) into a new JITDylib for
-  /// `Result`, fills its address table from `Set` by `Table` and looks up
-  /// the function. On failure nothing is left in the JIT.
+  /// `Result`, binding its address symbols to `Set`'s addresses by `Table`,
+  /// and looks up the function. On failure nothing is left in the JIT.
   llvm::Error link(CompiledCheck &Result, const BoundGuardSet &Set,
                    std::unique_ptr<llvm::MemoryBuffer> Object,
                    llvm::ArrayRef<TableSlot> Table);
@@ -202,6 +203,9 @@ private:
   std::string CacheStatus;
   /// The engine and host part of every cache key (engineFingerprint).
   std::string Fingerprint;
+  /// The linker plugin that binds address symbols (owned by the linker).
+  class AddressBinder;
+  AddressBinder *Binder = nullptr;
 };
 
 } // namespace guardjit

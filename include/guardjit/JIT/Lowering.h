@@ -89,19 +89,20 @@ struct TableSlot {
 };
 
 /// Lowers `Set` to position-independent code with no address of a live
-/// object in it: the code loads every per-set address (objects, payloads,
-/// memo slots, the recorded-object table) from the table `@TableName`, an
-/// exported, zero-initialized, writable `[N x ptr]` defined in `M`, slot k
-/// holding the address Table[k] names (appended in order of first use).
-/// CPython's statics and the gj_rt_* helpers are referenced by name (the
-/// engine defines both). Whoever links the code fills the table
-/// (tableSlotAddress) before the function first runs. Reads only `Set`; the
-/// same IR always gives the same module.
+/// object in it: every per-set address (objects, payloads, memo slots, the
+/// recorded-object table) is an external absolute symbol
+/// `gj.a.<k>` (RelocatableAddressPrefix + k, `!absolute_symbol`), a 64-bit
+/// immediate the linker patches, where slot k of the address table holds
+/// what Table[k] names (appended in order of first use). CPython's statics
+/// and the gj_rt_* helpers are referenced by name (the engine defines both).
+/// Whoever links the code binds `gj.a.<k>` to tableSlotAddress(Set,
+/// Table[k]). Reads only `Set`; the same IR always gives the same module, so
+/// the object can be cached and bound to a set in another process.
 llvm::Expected<llvm::Function *>
 lowerGuardSetRelocatable(const GuardSet &Set, llvm::Module &M,
-                         llvm::StringRef Name, llvm::StringRef TableName,
-                         std::vector<TableSlot> &Table,
+                         llvm::StringRef Name, std::vector<TableSlot> &Table,
                          LoweringStats *Stats = nullptr);
+constexpr const char RelocatableAddressPrefix[] = "gj.a.";
 
 /// The address slot `Slot` of relocatable code holds for `Set`, or nullptr
 /// when `Slot` is out of range for it (a table from another set).
