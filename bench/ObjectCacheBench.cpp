@@ -191,9 +191,31 @@ void corpus() {
                                                                  : eval("int");
         else if (O.Kind == ObjectKind::Dict)
           Stand = PyDict_New();
+        else if (O.Kind == ObjectKind::Key)
+          // Attribute names must be str; the repr is the quoted name.
+          Stand = PyUnicode_FromString(
+              llvm::StringRef(O.Repr).trim("'\"").str().c_str());
         else
           Stand = eval("object()");
         O.Address = reinterpret_cast<uintptr_t>(Stand); // kept for good
+      }
+      // Objects whose binding checks their shape.
+      for (const Guard &G : Shared->guards()) {
+        auto Set = [&](ObjectId Id, const char *Expr) {
+          if (Id < Shared->objects().size())
+            Shared->objects()[Id].Address =
+                reinterpret_cast<uintptr_t>(eval(Expr));
+        };
+        if (G.Kind == GuardKind::DimensionMarking)
+          Set(G.Object, "({}, (), {})");
+        else if (G.Kind == GuardKind::TorchFunctionModeStack)
+          Set(G.Object, "()");
+        else if (G.Kind == GuardKind::DefaultDevice)
+          Set(G.Aux, "{}");
+        else if (G.Kind == GuardKind::ShapeExpr ||
+                 G.Kind == GuardKind::Lambda ||
+                 G.Kind == GuardKind::EpilogueLambda)
+          Set(G.Object, "lambda *a: True");
       }
       std::string Error;
       auto BS = BoundGuardSet::bind(Shared, &Error);
