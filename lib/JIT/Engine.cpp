@@ -336,14 +336,19 @@ Expected<GuardJIT::Lowered> GuardJIT::lower(const GuardSet &S,
   L.M->setTargetTriple(J->getTargetTriple().str());
   L.Symbol = formatv("gj_check_{0}_{1}", sanitize(S.name()),
                      Counter.fetch_add(1, std::memory_order_relaxed));
-  // A bound set lowers to the relocatable code that compile() runs; parsed
-  // IR to symbolic code (nothing to bind).
-  // Emitted text names the function after the set, as the JITDylib is.
-  auto F = Bound ? lowerGuardSetRelocatable(S, *L.M,
-                                            KeepNames ? StringRef(L.Symbol)
-                                                      : StringRef(CheckName),
-                                            L.Table, &L.Stats)
-                 : lowerGuardSetSymbolic(S, *L.M, L.Symbol, &L.Stats);
+  // A bound set lowers to what compile() runs: with the object cache,
+  // relocatable code (addresses bound at link time, so the object can be
+  // reused by another process); without it, the addresses baked in.
+  // Relocatable code costs more to compile at O0/Light (FastISel cannot
+  // select a load from an absolute symbol and hands whole blocks to the
+  // SelectionDAG: about 2x the code generation time on dict-read-heavy
+  // sets), which only the cache pays back. Parsed IR lowers to symbolic
+  // code (nothing to bind). Emitted text names the function after the set,
+  // as the JITDylib is.
+  StringRef Name = KeepNames ? StringRef(L.Symbol) : StringRef(CheckName);
+  auto F = !Bound  ? lowerGuardSetSymbolic(S, *L.M, L.Symbol, &L.Stats)
+           : Cache ? lowerGuardSetRelocatable(S, *L.M, Name, L.Table, &L.Stats)
+                   : lowerGuardSet(*Bound, *L.M, Name, &L.Stats);
   if (!F)
     return F.takeError();
   // Malformed IR would crash instruction selection instead of failing.

@@ -1,9 +1,10 @@
 //===- Engine.h - ORC LLJIT engine for guard sets ---------------*- C++ -*-===//
 //
 // Compiles one BoundGuardSet to one native check function (guardjit::CheckFn)
-// with LLVM ORC's LLJIT. The code is relocatable (lowerGuardSetRelocatable):
-// each compiled set owns a JITDylib holding its code, whose address symbols
-// are bound to the BoundGuardSet's addresses at link time; dropping the
+// with LLVM ORC's LLJIT. Each compiled set owns a JITDylib holding its code;
+// with the object cache the code is relocatable (lowerGuardSetRelocatable)
+// and its address symbols are bound to the BoundGuardSet's addresses at link
+// time, else the addresses are baked in (lowerGuardSet); dropping the
 // CompiledCheck
 // removes the JITDylib and frees the code. Runtime helpers and CPython's
 // statics are reached through absolute symbols. With a cache directory the
@@ -14,7 +15,7 @@
 // they may run without the GIL and from several threads (IR passes and code
 // generation are serialized per engine; lowering is not). Calling the
 // compiled function needs the GIL. The BoundGuardSet must outlive the
-// compiled function (its addresses are linked into the code).
+// compiled function (its addresses are in the code).
 //
 // Code levels (compile ms per 100 guards measured on a 2 vCPU EPYC, noisy):
 //   O0    IR as lowered; codegen CodeGenOptLevel::None with FastISel (~2-3).
