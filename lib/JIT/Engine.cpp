@@ -457,6 +457,9 @@ GuardJIT::compile(const BoundGuardSet &Set) {
   {
     std::lock_guard<std::mutex> Lock(CodegenLock);
     optimize(*L->M);
+    // Every level but O2 selects instructions with FastISel (create()).
+    if (!L->Table.empty() && Opts.Level != OptLevel::O2)
+      prepareRelocatableForFastISel(*L->M);
     auto Obj = SimpleCompiler(*TM)(*L->M);
     if (!Obj)
       return Obj.takeError();

@@ -357,6 +357,40 @@ Expected<Function *> lowerGuardSetRelocatable(const GuardSet &Set, Module &M,
   return L.run(Name, Stats ? *Stats : Local);
 }
 
+void prepareRelocatableForFastISel(Module &M) {
+  const DataLayout &DL = M.getDataLayout();
+  auto IsAddressSymbol = [](const llvm::Value *V) {
+    auto *GV = dyn_cast<GlobalVariable>(V);
+    return GV && GV->getMetadata(LLVMContext::MD_absolute_symbol);
+  };
+  for (GlobalVariable &GV : M.globals())
+    if (IsAddressSymbol(&GV))
+      GV.setCodeModel(CodeModel::Small);
+  for (Function &F : M)
+    for (BasicBlock &BB : F)
+      for (Instruction &I : BB) {
+        unsigned Op;
+        if (isa<LoadInst>(I))
+          Op = LoadInst::getPointerOperandIndex();
+        else if (isa<StoreInst>(I))
+          Op = StoreInst::getPointerOperandIndex();
+        else
+          continue;
+        auto *C = dyn_cast<Constant>(I.getOperand(Op));
+        if (!C)
+          continue;
+        APInt Offset(DL.getIndexTypeSizeInBits(C->getType()), 0);
+        const llvm::Value *Base = C->stripAndAccumulateConstantOffsets(
+            DL, Offset, /*AllowNonInbounds=*/true);
+        if (!IsAddressSymbol(Base))
+          continue;
+        IRBuilder<> B(&I);
+        llvm::Value *Frozen = B.CreateFreeze(const_cast<llvm::Value *>(Base));
+        I.setOperand(Op, B.CreateConstGEP1_64(B.getInt8Ty(), Frozen,
+                                              Offset.getSExtValue()));
+      }
+}
+
 const void *tableSlotAddress(const BoundGuardSet &Set, TableSlot Slot,
                              bool *InRange) {
   const GuardSet &S = Set.set();

@@ -104,6 +104,17 @@ lowerGuardSetRelocatable(const GuardSet &Set, llvm::Module &M,
                          LoweringStats *Stats = nullptr);
 constexpr const char RelocatableAddressPrefix[] = "gj.a.";
 
+/// Prepares relocatable code for FastISel (the O0 and Light code levels),
+/// after the IR passes and right before code generation: FastISel cannot
+/// select anything that touches a global of the large code model and hands
+/// the rest of the block to the SelectionDAG (about 2x the code generation
+/// time and slower code on dict reads). So the address symbols become small
+/// code model again, and every load and store from one of them goes through
+/// a `freeze` of the symbol, which FastISel materializes with a `movabs` and
+/// never folds into a RIP-relative operand. No IR pass may run afterwards
+/// (it would fold the freeze away).
+void prepareRelocatableForFastISel(llvm::Module &M);
+
 /// The address slot `Slot` of relocatable code holds for `Set`, or nullptr
 /// when `Slot` is out of range for it (a table from another set).
 /// `*InRange` (optional) tells the two kinds of nullptr apart.
