@@ -177,13 +177,14 @@ llvm::Value *Lowerer::tableSlot(TableSlot::SlotKind K, uint32_t Index) {
 
 Constant *Lowerer::absoluteSymbol(const Twine &Name) {
   auto *GV = cast<GlobalVariable>(symbol(Name));
-  // The same code as an address baked in: the code generator materializes
+  // Nearly the code of an address baked in: the code generator materializes
   // the address as a 64-bit immediate (movabs, R_X86_64_64) that the linker
   // patches. `absolute_symbol` alone is not enough: x86 instruction
   // selection still folds a load from the symbol into a RIP-relative operand
   // (which cannot reach it); a global of the large code model is never
-  // folded. Measured before this: a GOT or table load per address cost up to
-  // 2 ns per guard on memoized dict reads.
+  // folded (FastISel levels: prepareRelocatableForFastISel). Measured: a GOT
+  // or table load per address instead cost up to 2 ns per guard on memoized
+  // dict reads.
   if (!GV->getMetadata(LLVMContext::MD_absolute_symbol)) {
     Metadata *FullRange[] = {
         ConstantAsMetadata::get(ConstantInt::get(I64, -1)),
