@@ -1,6 +1,8 @@
 //===- BenchSupport.cpp - Shared pieces of the micro-benchmarks -----------===//
 #include "BenchSupport.h"
 
+#include "guardjit/JIT/ObjectCache.h"
+
 #include "benchmark/benchmark.h"
 #include "llvm/Support/Error.h"
 
@@ -122,7 +124,13 @@ Guard &SetBuilder::guard(GuardKind K, std::vector<ValueId> Ops, ObjectId Obj,
 
 GuardJIT &engine() {
   static std::unique_ptr<GuardJIT> J = [] {
-    auto E = GuardJIT::create({OptLevel::Light, /*VerifyIR=*/true});
+    JITOptions O;
+    O.Level = OptLevel::Light;
+    O.VerifyIR = true;
+    // GUARDJIT_CACHE_DIR set: the cases run relocatable code, as a process
+    // with the object cache does (docs/object-cache.md).
+    O.CacheDir = cacheDirFromEnvironment();
+    auto E = GuardJIT::create(O);
     if (!E)
       die("cannot create the JIT: " + llvm::toString(E.takeError()));
     return std::move(*E);

@@ -92,6 +92,7 @@ PyObject *const *tupleItems(PyObject *FrameLocals);
 void registerLeafGuardBenchmarks();
 void registerAccessorBenchmarks();
 void registerTensorBenchmarks();
+void registerObjectCacheBenchmarks();
 
 } // namespace guardjit::bench
 

@@ -111,6 +111,10 @@ struct RuntimeOptions {
   /// this interpreter. Without it, binding a set with such a guard fails
   /// with ErrorCode::Unsupported.
   bool EnableTorch = false;
+  /// The on-disk object cache (docs/object-cache.md): a directory where
+  /// compiled sets are kept for the next process, "off" for none, empty
+  /// for what the GUARDJIT_CACHE_DIR environment variable says (unset: none).
+  std::string CacheDir;
 };
 
 struct LoadOptions {

@@ -8,6 +8,7 @@
 
 #include "guardjit/IR/Parser.h"
 #include "guardjit/JIT/Engine.h"
+#include "guardjit/JIT/ObjectCache.h"
 #include "guardjit/Transforms/PassPipeline.h"
 #include "guardjit/Runtime/BoundGuardSet.h"
 #include "guardjit/Runtime/Interpreter.h"
@@ -179,6 +180,24 @@ Status Runtime::create(const RuntimeOptions &Opts,
   }
   JITOptions JO;
   JO.Level = toOptLevel(Opts.Level);
+  // The object cache: the option, else GUARDJIT_CACHE_DIR; "off" for none.
+  JO.CacheDir = Opts.CacheDir.empty() ? cacheDirFromEnvironment()
+                : Opts.CacheDir == "off" ? std::string()
+                                         : Opts.CacheDir;
+  if (!JO.CacheDir.empty()) {
+    JO.HostVersions = "python=" + std::to_string(PY_VERSION_HEX);
+    PyObject *Name = PyUnicode_FromString("torch");
+    if (PyObject *Torch = Name ? PyImport_GetModule(Name) : nullptr) {
+      if (PyObject *V = PyObject_GetAttrString(Torch, "__version__")) {
+        if (const char *Text = PyUnicode_AsUTF8(V))
+          JO.HostVersions += std::string(" torch=") + Text;
+        Py_DECREF(V);
+      }
+      Py_DECREF(Torch);
+    }
+    Py_XDECREF(Name);
+    PyErr_Clear();
+  }
   auto J = GuardJIT::create(JO);
   if (!J)
     return error(ErrorCode::Internal,

@@ -1,18 +1,22 @@
 //===- Engine.cpp - ORC LLJIT engine for guard sets -----------------------===//
 //
-// One LLJIT per engine; one LLVMContext + module + ResourceTracker per guard
-// set, so a set's code can be freed independently of every other set. The
-// only TU of guardjit that includes LLJIT.h (about 10 s to compile).
+// One LLJIT per engine; one LLVMContext + module + JITDylib per guard set, so
+// a set's code can be freed independently of every other set. The engine
+// compiles each module to a relocatable object itself (so the object can be
+// cached) and links it with JITLink. The only TU of guardjit that includes
+// LLJIT.h (about 10 s to compile).
 //
 //===----------------------------------------------------------------------===//
 #include "guardjit/JIT/Engine.h"
 
 #include "guardjit/JIT/Lowering.h"
+#include "guardjit/JIT/ObjectCache.h"
 
+#include "llvm/ExecutionEngine/Orc/CompileUtils.h"
 #include "llvm/ExecutionEngine/Orc/Core.h"
-#include "llvm/ExecutionEngine/Orc/IRTransformLayer.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
 #include "llvm/ExecutionEngine/Orc/LLJIT.h"
+#include "llvm/ExecutionEngine/Orc/ObjectLinkingLayer.h"
 #include "llvm/ExecutionEngine/Orc/ThreadSafeModule.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/LegacyPassManager.h"
@@ -77,20 +81,101 @@ CodeGenOptLevel codeGenLevel(OptLevel L) {
   return CodeGenOptLevel::None;
 }
 
+const char *levelName(OptLevel L) {
+  switch (L) {
+  case OptLevel::O0:
+    return "O0";
+  case OptLevel::Light:
+    return "Light(early-cse,simplifycfg;codegen=None,fast-isel)";
+  case OptLevel::O1:
+    return "O1(early-cse,simplifycfg;codegen=Less,fast-isel)";
+  case OptLevel::O2:
+    return "O2(default<O2>;codegen=Default)";
+  }
+  return "?";
+}
+
+/// The function's name inside every relocatable object: each set has its
+/// own JITDylib, so identical sets give identical objects.
+constexpr const char *CheckName = "gj_check";
+
 } // namespace
+
+/// Binds the address symbols of relocatable code (`gj.a.<k>`) while JITLink
+/// links it: the object of a set is linked into the set's own JITDylib, and
+/// this plugin turns each such external symbol into an absolute one with the
+/// address slot k holds, straight in the link graph. No ORC symbol is
+/// defined or looked up per address, so binding costs one relocation per
+/// use and the code keeps its 64-bit immediates.
+class GuardJIT::AddressBinder : public ObjectLinkingLayer::Plugin {
+public:
+  /// Registers `Addresses` for what is linked into `JD` until `forget`.
+  void bind(JITDylib &JD, ArrayRef<void *> Addresses) {
+    std::lock_guard<std::mutex> Lock(M);
+    Bindings[&JD] = Addresses;
+  }
+  void forget(JITDylib &JD) {
+    std::lock_guard<std::mutex> Lock(M);
+    Bindings.erase(&JD);
+  }
+
+  void modifyPassConfig(MaterializationResponsibility &MR, jitlink::LinkGraph &,
+                        jitlink::PassConfiguration &Config) override {
+    ArrayRef<void *> Addresses;
+    {
+      std::lock_guard<std::mutex> Lock(M);
+      auto It = Bindings.find(&MR.getTargetJITDylib());
+      if (It == Bindings.end())
+        return;
+      Addresses = It->second;
+    }
+    Config.PostPrunePasses.push_back(
+        [Addresses](jitlink::LinkGraph &G) -> Error {
+          StringRef Prefix = RelocatableAddressPrefix;
+          SmallVector<jitlink::Symbol *, 0> ToBind;
+          for (jitlink::Symbol *Sym : G.external_symbols())
+            if (Sym->getName().starts_with(Prefix))
+              ToBind.push_back(Sym);
+          for (jitlink::Symbol *Sym : ToBind) {
+            unsigned Slot;
+            if (Sym->getName().drop_front(Prefix.size()).getAsInteger(10,
+                                                                      Slot) ||
+                Slot >= Addresses.size())
+              return createStringError("address symbol '%s' has no slot",
+                                       Sym->getName().str().c_str());
+            G.makeAbsolute(*Sym, ExecutorAddr::fromPtr(Addresses[Slot]));
+          }
+          return Error::success();
+        });
+  }
+  Error notifyFailed(MaterializationResponsibility &) override {
+    return Error::success();
+  }
+  Error notifyRemovingResources(JITDylib &, ResourceKey) override {
+    return Error::success();
+  }
+  void notifyTransferringResources(JITDylib &, ResourceKey,
+                                   ResourceKey) override {}
+
+private:
+  std::mutex M;
+  DenseMap<JITDylib *, ArrayRef<void *>> Bindings;
+};
 
 struct GuardJIT::Lowered {
   std::unique_ptr<LLVMContext> Ctx;
   std::unique_ptr<Module> M;
   std::string Symbol;
   LoweringStats Stats;
+  /// Relocatable lowering: the address table's layout.
+  std::vector<TableSlot> Table;
 };
 
 CompiledCheck::~CompiledCheck() {
-  if (!Tracker)
+  if (!Dylib)
     return;
-  ExecutionSession &ES = Tracker->getJITDylib().getExecutionSession();
-  if (Error E = Tracker->remove())
+  ExecutionSession &ES = Dylib->getExecutionSession();
+  if (Error E = ES.removeJITDylib(*Dylib))
     ES.reportError(std::move(E));
 }
 
@@ -116,6 +201,10 @@ Expected<std::unique_ptr<GuardJIT>> GuardJIT::create(JITOptions Opts) {
   // code (compare-and-branch chains and calls); O1's gain is the allocator.
   if (Opts.Level != OptLevel::O2)
     JTMB->getOptions().EnableFastISel = true;
+  // What JITLink links: position-independent code, small code model (as
+  // LLJIT configures its own compiler); the engine compiles with TM itself.
+  JTMB->setRelocationModel(Reloc::PIC_);
+  JTMB->setCodeModel(CodeModel::Small);
 
   auto TM = JTMB->createTargetMachine();
   if (!TM)
@@ -132,6 +221,12 @@ Expected<std::unique_ptr<GuardJIT>> GuardJIT::create(JITOptions Opts) {
 
   std::unique_ptr<GuardJIT> Engine(new GuardJIT(std::move(*J), Opts));
   Engine->TM = std::move(*TM);
+  auto *Linker = dyn_cast<ObjectLinkingLayer>(&Engine->J->getObjLinkingLayer());
+  if (!Linker)
+    return createStringError("guardjit needs JITLink (ObjectLinkingLayer)");
+  auto Binder = std::make_unique<AddressBinder>();
+  Engine->Binder = Binder.get();
+  Linker->addPlugin(std::move(Binder));
   // The library lives inside Python: ORC must never print to stderr.
   GuardJIT *Self = Engine.get();
   Engine->J->getExecutionSession().setErrorReporter(
@@ -144,19 +239,37 @@ Expected<std::unique_ptr<GuardJIT>> GuardJIT::create(JITOptions Opts) {
     Helpers[Engine->J->mangleAndIntern(S.Name)] = {
         ExecutorAddr::fromPtr(S.Address),
         JITSymbolFlags::Exported | JITSymbolFlags::Callable};
+  // CPython's statics, which relocatable code names (libpython may be
+  // loaded anywhere, and linked statically into a hidden-symbol binary).
+  for (const RuntimeSymbol &S : cpythonStatics())
+    Helpers[Engine->J->mangleAndIntern(S.Name)] = {
+        ExecutorAddr::fromPtr(S.Address), JITSymbolFlags::Exported};
   if (Error E = Engine->J->getMainJITDylib().define(
           absoluteSymbols(std::move(Helpers))))
     return E;
 
-  if (Opts.Level != OptLevel::O0)
-    Engine->J->getIRTransformLayer().setTransform(
-        [Self](ThreadSafeModule TSM, MaterializationResponsibility &)
-            -> Expected<ThreadSafeModule> {
-          // Runs inside lookup(), i.e. under CodegenLock (see compile()).
-          TSM.withModuleDo([Self](Module &M) { Self->optimize(M); });
-          return TSM;
-        });
+  Engine->Fingerprint = engineFingerprint(
+      Engine->TM->getTargetTriple().str(), Engine->TM->getTargetCPU(),
+      Engine->TM->getTargetFeatureString(), levelName(Opts.Level),
+      Opts.HostVersions);
+  if (!Opts.CacheDir.empty())
+    Engine->Cache = ObjectCache::open(Opts.CacheDir, &Engine->CacheStatus);
   return Engine;
+}
+
+GuardJIT::CacheInfo GuardJIT::cacheInfo() const {
+  CacheInfo Info;
+  Info.Status = CacheStatus;
+  if (!Cache)
+    return Info;
+  Info.Dir = Cache->directory();
+  ObjectCacheStats S = Cache->stats();
+  Info.Hits = S.Hits;
+  Info.Misses = S.Misses;
+  Info.Rejected = S.Rejected;
+  Info.Stores = S.Stores;
+  Info.StoreErrors = S.StoreErrors;
+  return Info;
 }
 
 void GuardJIT::reportError(Error E) {
@@ -216,13 +329,26 @@ Expected<GuardJIT::Lowered> GuardJIT::lower(const GuardSet &S,
   // Block and value names are for people reading --emit=llvm; creating them
   // costs about a third of the lowering.
   L.Ctx->setDiscardValueNames(!KeepNames);
-  L.M = std::make_unique<Module>(S.name(), *L.Ctx);
+  // A compiled object must not depend on the set's name (the cache key
+  // leaves it out).
+  L.M = std::make_unique<Module>(KeepNames ? S.name() : "guardjit", *L.Ctx);
   L.M->setDataLayout(J->getDataLayout());
   L.M->setTargetTriple(J->getTargetTriple().str());
   L.Symbol = formatv("gj_check_{0}_{1}", sanitize(S.name()),
                      Counter.fetch_add(1, std::memory_order_relaxed));
-  auto F = Bound ? lowerGuardSet(*Bound, *L.M, L.Symbol, &L.Stats)
-               : lowerGuardSetSymbolic(S, *L.M, L.Symbol, &L.Stats);
+  // A bound set lowers to what compile() runs: with the object cache,
+  // relocatable code (addresses bound at link time, so the object can be
+  // reused by another process); without it, the addresses baked in.
+  // Relocatable code costs more to compile at O0/Light (FastISel cannot
+  // select a load from an absolute symbol and hands whole blocks to the
+  // SelectionDAG: about 2x the code generation time on dict-read-heavy
+  // sets), which only the cache pays back. Parsed IR lowers to symbolic
+  // code (nothing to bind). Emitted text names the function after the set,
+  // as the JITDylib is.
+  StringRef Name = KeepNames ? StringRef(L.Symbol) : StringRef(CheckName);
+  auto F = !Bound  ? lowerGuardSetSymbolic(S, *L.M, L.Symbol, &L.Stats)
+           : Cache ? lowerGuardSetRelocatable(S, *L.M, Name, L.Table, &L.Stats)
+                   : lowerGuardSet(*Bound, *L.M, Name, &L.Stats);
   if (!F)
     return F.takeError();
   // Malformed IR would crash instruction selection instead of failing.
@@ -235,44 +361,139 @@ Expected<GuardJIT::Lowered> GuardJIT::lower(const GuardSet &S,
   return L;
 }
 
+Error GuardJIT::link(CompiledCheck &Result, const BoundGuardSet &Set,
+                     std::unique_ptr<MemoryBuffer> Object,
+                     ArrayRef<TableSlot> Table) {
+  // The addresses first: a table that does not fit this set (a foreign
+  // cached object) must not reach the JIT.
+  SmallVector<void *, 0> Addresses(Table.size());
+  for (size_t I = 0; I < Table.size(); ++I) {
+    bool InRange = false;
+    Addresses[I] =
+        const_cast<void *>(tableSlotAddress(Set, Table[I], &InRange));
+    if (!InRange)
+      return createStringError("address table slot %zu (kind %u, index %u) "
+                               "does not fit guard set '%s'",
+                               I, unsigned(Table[I].Kind), Table[I].Index,
+                               Set.set().name().c_str());
+  }
+
+  ExecutionSession &ES = J->getExecutionSession();
+  JITDylib &JD = ES.createBareJITDylib(Result.Symbol);
+  // Helpers and statics from the main JITDylib, then what LLJIT links every
+  // JITDylib against (the process's symbols).
+  JITDylibSearchOrder Links;
+  Links.push_back({&J->getMainJITDylib(),
+                   JITDylibLookupFlags::MatchExportedSymbolsOnly});
+  for (auto &Link : J->defaultLinkOrder())
+    Links.push_back(Link);
+  JD.setLinkOrder(std::move(Links), /*LinkAgainstThisJITDylibFirst=*/true);
+
+  // 4. Link (inside the lookup), binding the address symbols on the way.
+  Binder->bind(JD, Addresses);
+  auto Fail = [&](Error E) -> Error {
+    Binder->forget(JD);
+    if (Error R = ES.removeJITDylib(JD))
+      reportError(std::move(R));
+    return E;
+  };
+  if (Error E = J->addObjectFile(JD, std::move(Object)))
+    return Fail(std::move(E));
+  auto Fn = ES.lookup(
+      makeJITDylibSearchOrder(&JD, JITDylibLookupFlags::MatchAllSymbols),
+      J->mangleAndIntern(CheckName));
+  if (!Fn)
+    return Fail(Fn.takeError());
+  Binder->forget(JD);
+  Result.Fn = Fn->getAddress().toPtr<CheckFn>();
+  Result.Dylib = &JD;
+  return Error::success();
+}
+
 Expected<std::unique_ptr<CompiledCheck>>
 GuardJIT::compile(const BoundGuardSet &Set) {
-  // 1. Lower Guard IR to LLVM IR in a fresh context.
   auto Start = Clock::now();
+  std::unique_ptr<CompiledCheck> Result(new CompiledCheck());
+  Result->Level = Opts.Level;
+  Result->Symbol = formatv("gj_check_{0}_{1}", sanitize(Set.set().name()),
+                           Counter.fetch_add(1, std::memory_order_relaxed));
+
+  // 0. The object cache: a hit skips lowering, IR passes and codegen.
+  ObjectCacheKey Key{};
+  if (Cache) {
+    Key = Cache->key(Set.set(), Fingerprint);
+    if (std::optional<ObjectCache::Entry> Hit = Cache->lookup(Key)) {
+      Error E = link(*Result, Set, std::move(Hit->Object), Hit->Table);
+      if (!E) {
+        Result->Stats.NumGuards = Hit->Stats.NumGuards;
+        Result->Stats.NumInlined = Hit->Stats.NumInlined;
+        Result->Stats.NumHelpers = Hit->Stats.NumHelpers;
+        Result->Stats.CacheHit = true;
+        Result->Stats.CacheMs = msSince(Start);
+        return Result;
+      }
+      // A file that passed its checksum but does not link (or fit): not
+      // ours after all. Compile as on a miss.
+      consumeError(std::move(E));
+      Cache->reject(Key);
+    }
+    Result->Stats.CacheMs = msSince(Start);
+  }
+
+  // 1. Lower Guard IR to relocatable LLVM IR in a fresh context.
+  Start = Clock::now();
   auto L = lower(Set, /*KeepNames=*/false);
   if (!L)
     return L.takeError();
-  std::unique_ptr<CompiledCheck> Result(new CompiledCheck());
   Result->Stats.LowerMs = msSince(Start);
   Result->Stats.NumGuards = L->Stats.NumGuards;
   Result->Stats.NumInlined = L->Stats.NumInlined;
   Result->Stats.NumHelpers = L->Stats.NumHelpers;
-  Result->Symbol = L->Symbol;
-  Result->Level = Opts.Level;
 
-  // 2. Add the module under its own tracker; optimize, codegen and link run
-  // on this thread inside lookup(). LLJIT's default compiler shares one
-  // TargetMachine, hence one compile at a time per engine.
+  // 2.-3. IR passes and code generation to an object. The engine's
+  // TargetMachine is shared: one compile at a time per engine.
   Start = Clock::now();
-  ResourceTrackerSP RT = J->getMainJITDylib().createResourceTracker();
-  std::lock_guard<std::mutex> Lock(CodegenLock);
-  if (Error E = J->addIRModule(
-          RT, ThreadSafeModule(std::move(L->M), std::move(L->Ctx))))
-    return E;
-  auto Addr = J->lookup(Result->Symbol);
-  if (!Addr) {
-    if (Error E = RT->remove())
-      reportError(std::move(E));
-    return Addr.takeError();
+  std::unique_ptr<MemoryBuffer> Object;
+  {
+    std::lock_guard<std::mutex> Lock(CodegenLock);
+    optimize(*L->M);
+    // Every level but O2 selects instructions with FastISel (create()).
+    if (!L->Table.empty() && Opts.Level != OptLevel::O2)
+      prepareRelocatableForFastISel(*L->M);
+    auto Obj = SimpleCompiler(*TM)(*L->M);
+    if (!Obj)
+      return Obj.takeError();
+    Object = std::move(*Obj);
   }
+  L->M.reset();
+  L->Ctx.reset();
+
+  // 4.-5. Link into the set's JITDylib and bind its table. JITLink reads
+  // the object only while linking, which ends inside link().
+  if (Error E = link(*Result, Set,
+                     MemoryBuffer::getMemBuffer(Object->getMemBufferRef(),
+                                                /*RequiresNullTerminator=*/
+                                                false),
+                     L->Table))
+    return E;
   Result->Stats.CompileMs = msSince(Start);
-  Result->Fn = Addr->toPtr<CheckFn>();
-  Result->Tracker = std::move(RT);
+
+  // 6. Store for the next process (a failure only costs the next one).
+  if (Cache) {
+    auto StoreStart = Clock::now();
+    if (Error E = Cache->store(Key, L->Table, L->Stats, Object->getBuffer()))
+      reportError(std::move(E));
+    Result->Stats.CacheMs += msSince(StoreStart);
+  }
   return Result;
 }
 
 Expected<CheckFn> GuardJIT::lookup(StringRef Symbol) {
-  auto Addr = J->lookup(Symbol);
+  JITDylib *JD = J->getExecutionSession().getJITDylibByName(Symbol);
+  if (!JD)
+    return createStringError("Symbols not found: [ %s ]",
+                             Symbol.str().c_str());
+  auto Addr = J->lookup(*JD, CheckName);
   if (!Addr)
     return Addr.takeError();
   return Addr->toPtr<CheckFn>();

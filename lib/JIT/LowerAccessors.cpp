@@ -113,7 +113,7 @@ void Lowerer::emitInlineSequenceItem(ValueId Id, bool IsTuple) {
 /// dict, and its PEP 509 tag is the slot's. Three compares, no call. Ends the
 /// current block; returns the (empty) hit and miss blocks.
 std::pair<BasicBlock *, BasicBlock *>
-Lowerer::emitMemoTest(Constant *Slot, llvm::Value *Dict,
+Lowerer::emitMemoTest(llvm::Value *Slot, llvm::Value *Dict,
                       const std::string &Name) {
   BasicBlock *CheckType = BasicBlock::Create(Ctx, Name + ".memo.type", F);
   BasicBlock *CheckTag = BasicBlock::Create(Ctx, Name + ".memo.tag", F);
@@ -145,7 +145,7 @@ Lowerer::emitMemoTest(Constant *Slot, llvm::Value *Dict,
 llvm::Value *Lowerer::emitMemoRead(ValueId Id, llvm::Value *Dict,
                                    StringRef Fill, Type *ArgTy,
                                    llvm::Value *Arg, const std::string &Name) {
-  Constant *Slot = valueMemo(Id);
+  llvm::Value *Slot = valueMemo(Id);
   auto [Hit, Miss] = emitMemoTest(Slot, Dict, Name);
   BasicBlock *Join = BasicBlock::Create(Ctx, Name + ".read", F);
 
@@ -181,7 +181,7 @@ llvm::Value *Lowerer::emitGetAttr(ValueId Id, llvm::Value *Parent,
                  Module, Other, Likely);
 
   B.SetInsertPoint(Module);
-  Constant *Slot = valueMemo(Id);
+  llvm::Value *Slot = valueMemo(Id);
   llvm::Value *Dict =
       loadField(Parent, abi::ModuleDictOffset, PtrTy, Name + ".md_dict");
   // An empty slot holds NULL: a NULL md_dict must not reach the memo test.

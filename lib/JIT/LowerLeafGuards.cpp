@@ -91,7 +91,7 @@ llvm::Value *Lowerer::emitLeafGuard(size_t Index, LoweringStats &Stats) {
     // A pass memo: a hit is a pass on this same dict state; a miss probes
     // (and records a pass after a pure probe).
     assert(guardUsesDictCache(G.Kind));
-    Constant *Slot = guardMemo(Index);
+    llvm::Value *Slot = guardMemo(Index);
     auto [Hit, Miss] = emitMemoTest(Slot, V, P);
     BasicBlock *Done = BasicBlock::Create(Ctx, P + ".done", F);
     B.SetInsertPoint(Hit);

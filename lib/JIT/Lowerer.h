@@ -25,6 +25,7 @@
 #include "guardjit/Runtime/BoundGuardSet.h"
 #include "guardjit/Runtime/ShapeEval.h"
 
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/Twine.h"
 #include "llvm/IR/IRBuilder.h"
 #include "llvm/IR/Module.h"
@@ -38,8 +39,12 @@ namespace guardjit {
 
 class Lowerer {
 public:
-  /// `BS` null lowers `S` with symbolic addresses (lowerGuardSetSymbolic).
-  Lowerer(const GuardSet &S, const BoundGuardSet *BS, llvm::Module &M);
+  /// `BS` null lowers `S` with symbolic addresses (lowerGuardSetSymbolic);
+  /// `Table` non-null lowers it relocatable (lowerGuardSetRelocatable): the
+  /// per-set addresses are absolute symbols `gj.a.<slot>`, whose layout is
+  /// appended to *Table.
+  Lowerer(const GuardSet &S, const BoundGuardSet *BS, llvm::Module &M,
+          std::vector<TableSlot> *Table = nullptr);
 
   llvm::Expected<llvm::Function *> run(llvm::StringRef Name,
                                        LoweringStats &Stats);
@@ -52,34 +57,44 @@ private:
   llvm::FunctionCallee helper(llvm::StringRef Name, llvm::Type *Ret,
                               llvm::ArrayRef<llvm::Type *> Params);
   llvm::Constant *pointer(const void *Address);
-  /// The addresses of the BoundGuardSet, or symbols standing for them.
-  llvm::Constant *object(ObjectId Id) {
-    return BS ? pointer(BS->object(Id)) : symbol("gj.obj." + llvm::Twine(Id));
+  /// The addresses of the BoundGuardSet: immediates, symbols standing for
+  /// them (symbolic), or absolute symbols the linker binds (relocatable).
+  /// The one place where a per-set address is materialized.
+  llvm::Value *address(TableSlot::SlotKind K, uint32_t Index) {
+    if (Table)
+      return tableSlot(K, Index);
+    if (!BS)
+      return symbol(symbolicName(K, Index));
+    return pointer(tableSlotAddress(*BS, {K, Index}));
   }
-  llvm::Constant *payload(size_t GuardIndex) {
-    return BS ? pointer(BS->payload(GuardIndex))
-              : symbol("gj.payload.g" + llvm::Twine(GuardIndex));
+  llvm::Value *object(ObjectId Id) { return address(TableSlot::Object, Id); }
+  llvm::Value *payload(size_t GuardIndex) {
+    return address(TableSlot::Payload, static_cast<uint32_t>(GuardIndex));
   }
-  llvm::Constant *valueMemo(ValueId Id) {
-    return BS ? pointer(BS->dictCache(Id))
-              : symbol("gj.memo.v" + llvm::Twine(Id));
+  llvm::Value *valueMemo(ValueId Id) {
+    return address(TableSlot::ValueMemo, Id);
   }
-  llvm::Constant *guardMemo(size_t GuardIndex) {
-    return BS ? pointer(BS->guardCache(GuardIndex))
-              : symbol("gj.memo.g" + llvm::Twine(GuardIndex));
+  llvm::Value *guardMemo(size_t GuardIndex) {
+    return address(TableSlot::GuardMemo, static_cast<uint32_t>(GuardIndex));
   }
   /// Slot `Index` of the recorded-object table (BoundGuardSet::recordedSlots),
   /// loaded: a borrowed `PyObject*` that subtree skipping wrote.
   llvm::Value *recordedSlot(int64_t Index, const std::string &Name) {
-    llvm::Constant *Table =
-        BS ? pointer(BS->recordedSlots()) : symbol("gj.recorded");
+    llvm::Value *Table = address(TableSlot::Recorded, 0);
     llvm::Value *Addr = B.CreateConstInBoundsGEP1_64(
         PtrTy, Table, static_cast<uint64_t>(Index), Name + ".slot");
     auto *L = B.CreateAlignedLoad(PtrTy, Addr, llvm::Align(8), Name);
     L->setMetadata(llvm::LLVMContext::MD_nonnull, llvm::MDNode::get(Ctx, {}));
     return L;
   }
-  /// An external global named `Name` (symbolic lowering only).
+  static std::string symbolicName(TableSlot::SlotKind K, uint32_t Index);
+  /// Relocatable lowering: the absolute symbol of slot (K, Index) of the
+  /// address table, assigning the slot on first use.
+  llvm::Value *tableSlot(TableSlot::SlotKind K, uint32_t Index);
+  /// An external global `Name` that is an absolute address anywhere in the
+  /// 64-bit space: a 64-bit immediate in the code, patched by the linker.
+  llvm::Constant *absoluteSymbol(const llvm::Twine &Name);
+  /// An external global named `Name` (symbolic and relocatable lowering).
   llvm::Constant *symbol(const llvm::Twine &Name) {
     return M.getOrInsertGlobal(Name.str(), B.getInt8Ty());
   }
@@ -137,7 +152,7 @@ private:
   void emitValue(ValueId Id, LoweringStats &Stats);
   void emitInlineSequenceItem(ValueId Id, bool IsTuple);
   std::pair<llvm::BasicBlock *, llvm::BasicBlock *>
-  emitMemoTest(llvm::Constant *Slot, llvm::Value *Dict,
+  emitMemoTest(llvm::Value *Slot, llvm::Value *Dict,
                const std::string &Name);
   llvm::Value *emitMemoRead(ValueId Id, llvm::Value *Dict,
                             llvm::StringRef Fill, llvm::Type *ArgTy,
@@ -171,6 +186,10 @@ private:
                                const std::string &P);
 
   const BoundGuardSet *BS;
+  /// Relocatable lowering: the table layout being built and slot numbers
+  /// by (kind << 32 | index).
+  std::vector<TableSlot> *Table;
+  llvm::DenseMap<uint64_t, unsigned> SlotOf;
   const GuardSet &S;
   llvm::Module &M;
   llvm::LLVMContext &Ctx;

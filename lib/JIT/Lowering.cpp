@@ -53,8 +53,9 @@ static_assert(sizeof(DictReadCache) == 24 &&
                   offsetof(DictReadCache, Value) == 16,
               "DictReadCache is lowered as {ptr, i64, ptr}");
 
-Lowerer::Lowerer(const GuardSet &S, const BoundGuardSet *BS, Module &M)
-    : BS(BS), S(S), M(M), Ctx(M.getContext()), B(Ctx),
+Lowerer::Lowerer(const GuardSet &S, const BoundGuardSet *BS, Module &M,
+                 std::vector<TableSlot> *Table)
+    : BS(BS), Table(Table), S(S), M(M), Ctx(M.getContext()), B(Ctx),
       PtrTy(PointerType::getUnqual(Ctx)), I32(Type::getInt32Ty(Ctx)),
       I64(Type::getInt64Ty(Ctx)),
       Likely(MDBuilder(Ctx).createLikelyBranchWeights()) {}
@@ -139,23 +140,60 @@ FunctionCallee Lowerer::helper(StringRef Name, Type *Ret,
 
 Constant *Lowerer::pointer(const void *Address) {
   if (!BS) {
-    // Symbolic lowering: CPython's statics by their C names, so that emitted
-    // text does not depend on where libpython was loaded.
-    static const std::pair<const void *, const char *> Statics[] = {
-        {Py_None, "_Py_NoneStruct"},
-        {Py_True, "_Py_TrueStruct"},
-        {Py_False, "_Py_FalseStruct"},
-        {&PyDict_Type, "PyDict_Type"},
-        {&PyModule_Type, "PyModule_Type"},
-        {&PyTuple_Type, "PyTuple_Type"},
-        {&PyList_Type, "PyList_Type"},
-    };
-    for (const auto &[Addr, Name] : Statics)
-      if (Addr == Address)
-        return symbol(Name);
+    // Symbolic and relocatable lowering: CPython's statics by their C names,
+    // so that the code does not depend on where libpython was loaded.
+    for (const RuntimeSymbol &Static : cpythonStatics())
+      if (Static.Address == Address)
+        return Table ? absoluteSymbol(Static.Name) : symbol(Static.Name);
+    assert(!Table && "relocatable code must not embed an address");
   }
   return ConstantExpr::getIntToPtr(
       ConstantInt::get(I64, reinterpret_cast<uintptr_t>(Address)), PtrTy);
+}
+
+std::string Lowerer::symbolicName(TableSlot::SlotKind K, uint32_t Index) {
+  switch (K) {
+  case TableSlot::Object:
+    return "gj.obj." + std::to_string(Index);
+  case TableSlot::Payload:
+    return "gj.payload.g" + std::to_string(Index);
+  case TableSlot::ValueMemo:
+    return "gj.memo.v" + std::to_string(Index);
+  case TableSlot::GuardMemo:
+    return "gj.memo.g" + std::to_string(Index);
+  case TableSlot::Recorded:
+    return "gj.recorded";
+  }
+  return "gj.unknown";
+}
+
+llvm::Value *Lowerer::tableSlot(TableSlot::SlotKind K, uint32_t Index) {
+  auto [It, New] =
+      SlotOf.try_emplace((uint64_t(K) << 32) | Index, Table->size());
+  if (New)
+    Table->push_back({K, Index});
+  return absoluteSymbol(RelocatableAddressPrefix + Twine(It->second));
+}
+
+Constant *Lowerer::absoluteSymbol(const Twine &Name) {
+  auto *GV = cast<GlobalVariable>(symbol(Name));
+  // Nearly the code of an address baked in: the code generator materializes
+  // the address as a 64-bit immediate (movabs, R_X86_64_64) that the linker
+  // patches. `absolute_symbol` alone is not enough: x86 instruction
+  // selection still folds a load from the symbol into a RIP-relative operand
+  // (which cannot reach it); a global of the large code model is never
+  // folded (FastISel levels: prepareRelocatableForFastISel). Measured: a GOT
+  // or table load per address instead cost up to 2 ns per guard on memoized
+  // dict reads.
+  if (!GV->getMetadata(LLVMContext::MD_absolute_symbol)) {
+    Metadata *FullRange[] = {
+        ConstantAsMetadata::get(ConstantInt::get(I64, -1)),
+        ConstantAsMetadata::get(ConstantInt::get(I64, -1))};
+    GV->setMetadata(LLVMContext::MD_absolute_symbol,
+                    MDNode::get(Ctx, FullRange));
+    GV->setCodeModel(CodeModel::Large);
+  }
+  return GV;
 }
 
 void Lowerer::beginBlock(const Twine &Name) {
@@ -308,6 +346,95 @@ Expected<Function *> lowerGuardSetSymbolic(const GuardSet &Set, Module &M,
   LoweringStats Local;
   Lowerer L(Set, nullptr, M);
   return L.run(Name, Stats ? *Stats : Local);
+}
+
+Expected<Function *> lowerGuardSetRelocatable(const GuardSet &Set, Module &M,
+                                              StringRef Name,
+                                              std::vector<TableSlot> &Table,
+                                              LoweringStats *Stats) {
+  LoweringStats Local;
+  Table.clear();
+  Lowerer L(Set, nullptr, M, &Table);
+  return L.run(Name, Stats ? *Stats : Local);
+}
+
+void prepareRelocatableForFastISel(Module &M) {
+  const DataLayout &DL = M.getDataLayout();
+  auto IsAddressSymbol = [](const llvm::Value *V) {
+    auto *GV = dyn_cast<GlobalVariable>(V);
+    return GV && GV->getMetadata(LLVMContext::MD_absolute_symbol);
+  };
+  for (GlobalVariable &GV : M.globals())
+    if (IsAddressSymbol(&GV))
+      GV.setCodeModel(CodeModel::Small);
+  for (Function &F : M)
+    for (BasicBlock &BB : F)
+      for (Instruction &I : BB) {
+        unsigned Op;
+        if (isa<LoadInst>(I))
+          Op = LoadInst::getPointerOperandIndex();
+        else if (isa<StoreInst>(I))
+          Op = StoreInst::getPointerOperandIndex();
+        else
+          continue;
+        auto *C = dyn_cast<Constant>(I.getOperand(Op));
+        if (!C)
+          continue;
+        APInt Offset(DL.getIndexTypeSizeInBits(C->getType()), 0);
+        const llvm::Value *Base = C->stripAndAccumulateConstantOffsets(
+            DL, Offset, /*AllowNonInbounds=*/true);
+        if (!IsAddressSymbol(Base))
+          continue;
+        IRBuilder<> B(&I);
+        llvm::Value *Frozen = B.CreateFreeze(const_cast<llvm::Value *>(Base));
+        I.setOperand(Op, B.CreateConstGEP1_64(B.getInt8Ty(), Frozen,
+                                              Offset.getSExtValue()));
+      }
+}
+
+const void *tableSlotAddress(const BoundGuardSet &Set, TableSlot Slot,
+                             bool *InRange) {
+  const GuardSet &S = Set.set();
+  bool Ok = false;
+  const void *Address = nullptr;
+  switch (Slot.Kind) {
+  case TableSlot::Object:
+    if ((Ok = Slot.Index < S.objects().size()))
+      Address = Set.object(Slot.Index);
+    break;
+  case TableSlot::Payload:
+    if ((Ok = Slot.Index < S.guards().size()))
+      Address = Set.payload(Slot.Index);
+    break;
+  case TableSlot::ValueMemo:
+    if ((Ok = Slot.Index < S.values().size()))
+      Address = Set.dictCache(Slot.Index);
+    break;
+  case TableSlot::GuardMemo:
+    if ((Ok = Slot.Index < S.guards().size()))
+      Address = Set.guardCache(Slot.Index);
+    break;
+  case TableSlot::Recorded:
+    if ((Ok = Slot.Index == 0))
+      Address = Set.recordedSlots();
+    break;
+  }
+  if (InRange)
+    *InRange = Ok;
+  return Address;
+}
+
+ArrayRef<RuntimeSymbol> cpythonStatics() {
+  static const RuntimeSymbol Statics[] = {
+      {"_Py_NoneStruct", Py_None},
+      {"_Py_TrueStruct", Py_True},
+      {"_Py_FalseStruct", Py_False},
+      {"PyDict_Type", &PyDict_Type},
+      {"PyModule_Type", &PyModule_Type},
+      {"PyTuple_Type", &PyTuple_Type},
+      {"PyList_Type", &PyList_Type},
+  };
+  return Statics;
 }
 
 ArrayRef<RuntimeSymbol> runtimeSymbols() {

@@ -15,6 +15,7 @@
 #include "guardjit/IR/Parser.h"
 #include "guardjit/IR/Printer.h"
 #include "guardjit/JIT/Engine.h"
+#include "guardjit/JIT/ObjectCache.h"
 #include "guardjit/Runtime/BoundGuardSet.h"
 #include "guardjit/Runtime/Interpreter.h"
 #include "guardjit/Runtime/ObjectFacts.h"
@@ -65,16 +66,44 @@ std::vector<std::optional<int64_t>> toDims(const py::list &L) {
   return Dims;
 }
 
+/// What cached objects depend on about this interpreter beyond the build:
+/// CPython's version and ABI tag, and torch's version when torch is loaded.
+std::string hostVersions() {
+  // engine() runs with the GIL held (every caller is a binding); this only
+  // makes that explicit.
+  py::gil_scoped_acquire Gil;
+  std::string S = "python=" + std::to_string(PY_VERSION_HEX);
+  try {
+    py::object Soabi =
+        py::module_::import("sysconfig").attr("get_config_var")("SOABI");
+    if (!Soabi.is_none())
+      S += " soabi=" + py::cast<std::string>(Soabi);
+    py::object Torch =
+        py::module_::import("sys").attr("modules").attr("get")("torch");
+    if (!Torch.is_none() && py::hasattr(Torch, "__version__"))
+      S += " torch=" + py::cast<std::string>(py::str(Torch.attr("__version__")));
+  } catch (const py::error_already_set &) {
+    S += " unknown";
+  }
+  return S;
+}
+
 /// The process-wide engine. Deliberately leaked: compiled checks may be
 /// released during interpreter shutdown, after static destructors would run.
+GuardJIT *Engines[4] = {nullptr, nullptr, nullptr, nullptr};
+std::mutex EnginesLock;
+
 GuardJIT &engine(OptLevel Level) {
-  static GuardJIT *Engines[4] = {nullptr, nullptr, nullptr, nullptr};
-  static std::mutex Lock;
-  std::lock_guard<std::mutex> Guard(Lock);
+  std::lock_guard<std::mutex> Guard(EnginesLock);
   GuardJIT *&E = Engines[static_cast<int>(Level)];
   if (!E) {
     JITOptions Opts;
     Opts.Level = Level;
+    // The on-disk object cache (docs/object-cache.md): off unless
+    // GUARDJIT_CACHE_DIR names a directory (or "1" for the user's cache).
+    Opts.CacheDir = cacheDirFromEnvironment();
+    if (!Opts.CacheDir.empty())
+      Opts.HostVersions = hostVersions();
     auto J = GuardJIT::create(Opts);
     if (!J)
       throw std::runtime_error("guardjit: cannot create the LLVM JIT: " +
@@ -82,6 +111,12 @@ GuardJIT &engine(OptLevel Level) {
     E = J->release();
   }
   return *E;
+}
+
+/// The engine of `Level` if it was created, else nullptr.
+GuardJIT *existingEngine(OptLevel Level) {
+  std::lock_guard<std::mutex> Guard(EnginesLock);
+  return Engines[static_cast<int>(Level)];
 }
 
 const char *optLevelName(OptLevel L) {
@@ -393,7 +428,8 @@ PYBIND11_MODULE(_core, M) {
       .def_property_readonly(
           "compile_ms",
           [](const CompiledCheck &C) {
-            return C.stats().LowerMs + C.stats().CompileMs;
+            const CompileStats &S = C.stats();
+            return S.CacheHit ? S.CacheMs : S.LowerMs + S.CompileMs;
           })
       .def_property_readonly(
           "stats", [](const CompiledCheck &C) {
@@ -404,6 +440,8 @@ PYBIND11_MODULE(_core, M) {
             D["guards"] = S.NumGuards;
             D["inlined"] = S.NumInlined;
             D["helpers"] = S.NumHelpers;
+            D["cache_hit"] = S.CacheHit;
+            D["cache_ms"] = S.CacheMs;
             return D;
           });
 
@@ -701,6 +739,30 @@ PYBIND11_MODULE(_core, M) {
     D["last_error"] = St.LastError;
     return D;
   }, "Counters of the background tier since the process started.");
+  M.def("object_cache_stats", [] {
+    // One entry per code level whose engine exists (each has its own key
+    // space, one directory).
+    py::dict Out;
+    for (OptLevel L :
+         {OptLevel::O0, OptLevel::Light, OptLevel::O1, OptLevel::O2}) {
+      GuardJIT *E = existingEngine(L);
+      if (!E)
+        continue;
+      GuardJIT::CacheInfo I = E->cacheInfo();
+      py::dict D;
+      D["dir"] = I.Dir;
+      D["status"] = I.Status;
+      D["hits"] = I.Hits;
+      D["misses"] = I.Misses;
+      D["rejected"] = I.Rejected;
+      D["stores"] = I.Stores;
+      D["store_errors"] = I.StoreErrors;
+      Out[optLevelName(L)] = D;
+    }
+    return Out;
+  }, "The on-disk object cache of each engine created so far: directory "
+     "(empty when off; `status` says why when GUARDJIT_CACHE_DIR asked for "
+     "one), hits, misses, rejected files, stores and store errors.");
   M.def("stop_tier_up", &stopTierUp,
         "Stops the background tier for good (run at interpreter exit).");
   // Before finalization: the worker must not outlive the interpreter's

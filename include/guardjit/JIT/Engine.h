@@ -1,16 +1,21 @@
 //===- Engine.h - ORC LLJIT engine for guard sets ---------------*- C++ -*-===//
 //
 // Compiles one BoundGuardSet to one native check function (guardjit::CheckFn)
-// with LLVM ORC's LLJIT. Each compiled set owns a ResourceTracker; dropping
-// the CompiledCheck frees its code. Runtime helpers are reached through
-// absolute symbols.
+// with LLVM ORC's LLJIT. Each compiled set owns a JITDylib holding its code;
+// with the object cache the code is relocatable (lowerGuardSetRelocatable)
+// and its address symbols are bound to the BoundGuardSet's addresses at link
+// time, else the addresses are baked in (lowerGuardSet); dropping the
+// CompiledCheck
+// removes the JITDylib and frees the code. Runtime helpers and CPython's
+// statics are reached through absolute symbols. With a cache directory the
+// object is reused across processes (JIT/ObjectCache.h).
 //
 // Thread/GIL: compile(), emitLLVM() and emitAssembly() read only the IR and
 // the addresses already bound in the BoundGuardSet, never a Python object, so
 // they may run without the GIL and from several threads (IR passes and code
 // generation are serialized per engine; lowering is not). Calling the
 // compiled function needs the GIL. The BoundGuardSet must outlive the
-// compiled function (its object addresses and payloads are immediates).
+// compiled function (its addresses are in the code).
 //
 // Code levels (compile ms per 100 guards measured on a 2 vCPU EPYC, noisy):
 //   O0    IR as lowered; codegen CodeGenOptLevel::None with FastISel (~2-3).
@@ -25,6 +30,7 @@
 #ifndef GUARDJIT_JIT_ENGINE_H
 #define GUARDJIT_JIT_ENGINE_H
 
+#include "guardjit/JIT/Lowering.h"
 #include "guardjit/Runtime/BoundGuardSet.h"
 #include "guardjit/Runtime/Interpreter.h"
 
@@ -39,15 +45,19 @@
 #include <vector>
 
 namespace llvm {
+class MemoryBuffer;
 class Module;
 class TargetMachine;
 namespace orc {
+class JITDylib;
 class LLJIT;
-class ResourceTracker;
 } // namespace orc
 } // namespace llvm
 
 namespace guardjit {
+
+class ObjectCache;
+struct ObjectCacheStats;
 
 enum class OptLevel { O0, Light, O1, O2 };
 
@@ -57,6 +67,13 @@ struct JITOptions {
   /// lowering itself); a failure is an Error, not a crash in codegen. Always
   /// on in builds of guardjit without NDEBUG.
   bool VerifyIR = false;
+  /// The on-disk object cache (JIT/ObjectCache.h, docs/object-cache.md):
+  /// its directory, empty for none. A directory that cannot be used turns
+  /// the cache off (GuardJIT::cacheStatus says why); compiles still work.
+  std::string CacheDir;
+  /// What the cache key must cover about the host that this library cannot
+  /// see, e.g. "cpython-311-x86_64-linux-gnu torch=2.13.0".
+  std::string HostVersions;
 };
 
 /// Per-compile statistics.
@@ -67,12 +84,18 @@ struct CompileStats {
   size_t NumGuards = 0;
   size_t NumInlined = 0;  ///< guards emitted as inline loads/compares
   size_t NumHelpers = 0;  ///< guards emitted as runtime helper calls
+  /// The object came from the on-disk cache: no lowering, no LLVM passes
+  /// (LowerMs is 0; the counts above are the cached compile's).
+  bool CacheHit = false;
+  /// Time spent in the object cache (ms): on a hit the whole compile (key,
+  /// read, link, bind); on a miss the key, the failed lookup and the store.
+  double CacheMs = 0;
 };
 
 /// A compiled check function; frees its code when destroyed.
 class CompiledCheck {
 public:
-  /// Removes the code through its ResourceTracker. Must not run while any
+  /// Removes the code with its JITDylib. Must not run while any
   /// thread executes function(). Errors go to the engine's error log
   /// (GuardJIT::takeReportedErrors); never throws.
   ~CompiledCheck();
@@ -82,7 +105,8 @@ public:
   /// The native check; valid while this object lives. Call with the GIL.
   CheckFn function() const { return Fn; }
   const CompileStats &stats() const { return Stats; }
-  /// The JIT symbol of the function (unique within its engine).
+  /// The name of the function's JITDylib (unique within its engine), for
+  /// GuardJIT::lookup.
   const std::string &symbol() const { return Symbol; }
   /// The code level of the engine that compiled it.
   OptLevel level() const { return Level; }
@@ -94,7 +118,8 @@ private:
   CompileStats Stats;
   std::string Symbol;
   OptLevel Level = OptLevel::Light;
-  llvm::IntrusiveRefCntPtr<llvm::orc::ResourceTracker> Tracker;
+  /// The set's own JITDylib (its code and address table); removed with it.
+  llvm::orc::JITDylib *Dylib = nullptr;
 };
 
 class GuardJIT {
@@ -108,7 +133,8 @@ public:
 
   const JITOptions &options() const { return Opts; }
 
-  /// Lowers and compiles `Set` into its own module and ResourceTracker. The
+  /// Lowers and compiles `Set` into its own module and JITDylib (or, on an
+  /// object-cache hit, links the cached object there). The
   /// result must be destroyed before this engine; `Set` must outlive it.
   llvm::Expected<std::unique_ptr<CompiledCheck>>
   compile(const BoundGuardSet &Set);
@@ -127,6 +153,15 @@ public:
   /// Looks up a compiled check by CompiledCheck::symbol(); fails once it is
   /// destroyed (used by tests to see that code was removed).
   llvm::Expected<CheckFn> lookup(llvm::StringRef Symbol);
+
+  /// The object cache's directory and counters; Dir empty when there is no
+  /// cache (then `Status` says why when one was asked for).
+  struct CacheInfo {
+    std::string Dir;
+    std::string Status;
+    uint64_t Hits = 0, Misses = 0, Rejected = 0, Stores = 0, StoreErrors = 0;
+  };
+  CacheInfo cacheInfo() const;
 
   /// Errors ORC reported asynchronously (e.g. a failed code removal) since the
   /// last call; they are never printed.
@@ -147,6 +182,12 @@ private:
   llvm::Expected<std::string> assembleLowered(Lowered &L);
   /// Runs this engine's IR pipeline over `M`. Caller holds CodegenLock.
   void optimize(llvm::Module &M);
+  /// Links `Object` (relocatable code of `Set`) into a new JITDylib for
+  /// `Result`, binding its address symbols to `Set`'s addresses by `Table`,
+  /// and looks up the function. On failure nothing is left in the JIT.
+  llvm::Error link(CompiledCheck &Result, const BoundGuardSet &Set,
+                   std::unique_ptr<llvm::MemoryBuffer> Object,
+                   llvm::ArrayRef<TableSlot> Table);
 
   std::unique_ptr<llvm::orc::LLJIT> J;
   JITOptions Opts;
@@ -158,6 +199,14 @@ private:
   std::mutex CodegenLock;
   std::mutex ErrorLock;
   std::vector<std::string> ReportedErrors;
+  /// Null when off; CacheStatus says why when a directory was given.
+  std::unique_ptr<ObjectCache> Cache;
+  std::string CacheStatus;
+  /// The engine and host part of every cache key (engineFingerprint).
+  std::string Fingerprint;
+  /// The linker plugin that binds address symbols (owned by the linker).
+  class AddressBinder;
+  AddressBinder *Binder = nullptr;
 };
 
 } // namespace guardjit

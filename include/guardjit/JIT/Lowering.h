@@ -27,6 +27,8 @@
 #include "llvm/Support/Error.h"
 
 #include <cstddef>
+#include <cstdint>
+#include <vector>
 
 namespace llvm {
 class Function;
@@ -71,6 +73,54 @@ llvm::Expected<llvm::Function *>
 lowerGuardSetSymbolic(const GuardSet &Set, llvm::Module &M,
                       llvm::StringRef Name, LoweringStats *Stats = nullptr);
 
+/// One slot of the address table of relocatable code: which address of a
+/// BoundGuardSet it holds. The layout is a pure function of the IR, so the
+/// code and its layout can be cached and bound to another process's set.
+struct TableSlot {
+  enum SlotKind : uint8_t {
+    Object,    ///< BoundGuardSet::object(Index)
+    Payload,   ///< BoundGuardSet::payload(Index) (a guard index)
+    ValueMemo, ///< BoundGuardSet::dictCache(Index) (a value id)
+    GuardMemo, ///< BoundGuardSet::guardCache(Index) (a guard index)
+    Recorded,  ///< BoundGuardSet::recordedSlots() (Index 0)
+  };
+  SlotKind Kind;
+  uint32_t Index;
+};
+
+/// Lowers `Set` to position-independent code with no address of a live
+/// object in it: every per-set address (objects, payloads, memo slots, the
+/// recorded-object table) is an external absolute symbol
+/// `gj.a.<k>` (RelocatableAddressPrefix + k, `!absolute_symbol`), a 64-bit
+/// immediate the linker patches, where slot k of the address table holds
+/// what Table[k] names (appended in order of first use). CPython's statics
+/// and the gj_rt_* helpers are referenced by name (the engine defines both).
+/// Whoever links the code binds `gj.a.<k>` to tableSlotAddress(Set,
+/// Table[k]). Reads only `Set`; the same IR always gives the same module, so
+/// the object can be cached and bound to a set in another process.
+llvm::Expected<llvm::Function *>
+lowerGuardSetRelocatable(const GuardSet &Set, llvm::Module &M,
+                         llvm::StringRef Name, std::vector<TableSlot> &Table,
+                         LoweringStats *Stats = nullptr);
+constexpr const char RelocatableAddressPrefix[] = "gj.a.";
+
+/// Prepares relocatable code for FastISel (the O0 and Light code levels),
+/// after the IR passes and right before code generation: FastISel cannot
+/// select anything that touches a global of the large code model and hands
+/// the rest of the block to the SelectionDAG (about 2x the code generation
+/// time and slower code on dict reads). So the address symbols become small
+/// code model again, and every load and store from one of them goes through
+/// a `freeze` of the symbol, which FastISel materializes with a `movabs` and
+/// never folds into a RIP-relative operand. No IR pass may run afterwards
+/// (it would fold the freeze away).
+void prepareRelocatableForFastISel(llvm::Module &M);
+
+/// The address slot `Slot` of relocatable code holds for `Set`, or nullptr
+/// when `Slot` is out of range for it (a table from another set).
+/// `*InRange` (optional) tells the two kinds of nullptr apart.
+const void *tableSlotAddress(const BoundGuardSet &Set, TableSlot Slot,
+                             bool *InRange = nullptr);
+
 /// A runtime helper that generated code may call, and its address in this
 /// process. The engine defines all of them as absolute symbols.
 struct RuntimeSymbol {
@@ -78,6 +128,10 @@ struct RuntimeSymbol {
   void *Address;
 };
 llvm::ArrayRef<RuntimeSymbol> runtimeSymbols();
+/// CPython's statics that relocatable and symbolic code name
+/// (`_Py_NoneStruct`, `PyDict_Type`, ...), with their addresses in this
+/// process. The engine defines them as absolute data symbols.
+llvm::ArrayRef<RuntimeSymbol> cpythonStatics();
 
 } // namespace guardjit
 

@@ -504,7 +504,8 @@ TEST(ConcurrencyStress, ChecksWhileCompilingAndEvicting) {
   for (auto &U : Sh.Units)
     delete U->Current.exchange(nullptr);
   for (auto &E : Sh.Engines)
-    EXPECT_TRUE(E->takeReportedErrors().empty());
+    for (const std::string &Err : E->takeReportedErrors())
+      ADD_FAILURE() << "reported: " << Err;
   Sh.Engines.clear();
   Sh.Units.clear();
   Ref R2(PyObject_CallMethod(Sys.get(), "setswitchinterval", "O",

@@ -1,0 +1,243 @@
+//===- ObjectCacheBench.cpp - Object-cache hit time -----------------------===//
+//
+// `ObjectCache/hit/<set>`: the time of GuardJIT::compile when the set's
+// object is in the on-disk cache (key, read, link into a fresh JITDylib,
+// bind the addresses, look up the function), per compile; the counter
+// `miss_ms` is the first, uncached compile of the same set and
+// `guards` its size. Sets: synthetic sets of 100 and 1,000 guards (type,
+// equality and dict-membership guards over tuple items and dict reads, so
+// objects, memo slots and helper calls all appear) and every set of the
+// corpus (tests/corpus, bound to stand-in objects: the hit path never runs
+// the check, and the key and the code depend only on the structure).
+//
+// Cross-process: with GUARDJIT_CACHE_DIR set the cache lives there and
+// survives the process; run twice, the second run's `first_hit` counters are
+// 1 (its very first compile of each set already hit). Without it, a fresh
+// private directory per run.
+//
+//===----------------------------------------------------------------------===//
+#include "BenchSupport.h"
+
+#include "guardjit/IR/Parser.h"
+#include "guardjit/JIT/ObjectCache.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+
+#include "benchmark/benchmark.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+#ifndef GUARDJIT_SOURCE_DIR
+#define GUARDJIT_SOURCE_DIR "."
+#endif
+
+namespace guardjit::bench {
+
+namespace {
+
+std::string cacheDir() {
+  static std::string Dir = [] {
+    std::string FromEnv = cacheDirFromEnvironment();
+    if (!FromEnv.empty())
+      return FromEnv;
+    static char Tmpl[] = "/tmp/guardjit-objcache-bench-XXXXXX";
+    if (!mkdtemp(Tmpl)) {
+      std::perror("mkdtemp");
+      std::abort();
+    }
+    std::atexit([] { llvm::sys::fs::remove_directories(Tmpl); });
+    return std::string(Tmpl);
+  }();
+  return Dir;
+}
+
+GuardJIT &cachedEngine() {
+  static GuardJIT *E = [] {
+    JITOptions O;
+    O.Level = OptLevel::Light;
+    O.CacheDir = cacheDir();
+    O.HostVersions = "bench";
+    auto J = GuardJIT::create(O);
+    if (!J || (*J)->cacheInfo().Dir.empty()) {
+      std::fprintf(stderr, "object cache bench: no cache: %s\n",
+                   J ? (*J)->cacheInfo().Status.c_str()
+                     : toString(J.takeError()).c_str());
+      std::abort();
+    }
+    return J->release();
+  }();
+  return *E;
+}
+
+double msSince(std::chrono::steady_clock::time_point T) {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now() - T)
+      .count();
+}
+
+/// Registers `ObjectCache/hit/<Name>` for `BS` (kept for the process).
+void registerHit(const std::string &Name, std::unique_ptr<BoundGuardSet> BS) {
+  GuardJIT &J = cachedEngine();
+  auto T = std::chrono::steady_clock::now();
+  auto First = J.compile(*BS);
+  double FirstMs = msSince(T);
+  if (!First) {
+    std::fprintf(stderr, "%s: %s\n", Name.c_str(),
+                 toString(First.takeError()).c_str());
+    std::abort();
+  }
+  bool FirstHit = (*First)->stats().CacheHit;
+  size_t Guards = (*First)->stats().NumGuards;
+  First->reset();
+  BoundGuardSet *Set = BS.release();
+  benchmark::RegisterBenchmark(
+      ("ObjectCache/hit/" + Name).c_str(),
+      [Set, FirstMs, FirstHit, Guards](benchmark::State &St) {
+        GuardJIT &J = cachedEngine();
+        for (auto _ : St) {
+          auto T = std::chrono::steady_clock::now();
+          auto C = J.compile(*Set);
+          St.SetIterationTime(
+              std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                            T)
+                  .count());
+          if (!C || !(*C)->stats().CacheHit) {
+            St.SkipWithError("not a cache hit");
+            if (!C)
+              llvm::consumeError(C.takeError());
+            break;
+          }
+        }
+        St.counters["guards"] = double(Guards);
+        St.counters["first_ms"] = FirstMs;
+        St.counters["first_hit"] = FirstHit;
+      })
+      ->UseManualTime()
+      ->Unit(benchmark::kMicrosecond);
+}
+
+/// A synthetic set of about `Guards` guards.
+void synthetic(int Guards) {
+  SetBuilder SB;
+  PyObject *IntType = eval("int");
+  ObjectId Int = SB.object(IntType, ObjectKind::Type);
+  ValueId T = SB.local("t");
+  ValueId D = SB.local("d");
+  int Made = 0;
+  for (int I = 0; Made < Guards; ++I) {
+    ValueId V = SB.item(T, I);
+    SB.guard(GuardKind::TypeMatch, {V}, Int);
+    ++Made;
+    if (I % 2 == 0) {
+      PyObject *C = PyLong_FromLong(I);
+      SB.guard(GuardKind::EqualsMatch, {V},
+               SB.object(C, ObjectKind::Constant));
+      ++Made;
+    }
+    if (I % 4 == 0) {
+      std::string Key = "k" + std::to_string(I);
+      SB.guard(GuardKind::DictContains, {D}, SB.str(Key.c_str()), 1);
+      ValueId Item = SB.keyed(AccessorKind::DictGetItem, D, Key.c_str());
+      SB.guard(GuardKind::TypeMatch, {Item}, Int);
+      Made += 2;
+    }
+  }
+  std::string Error;
+  auto BS = BoundGuardSet::bind(SB.S, &Error);
+  if (!BS) {
+    std::fprintf(stderr, "synthetic %d: %s\n", Guards, Error.c_str());
+    std::abort();
+  }
+  registerHit("synthetic_" + std::to_string(Guards), std::move(BS));
+}
+
+/// Every corpus set, each object bound to a stand-in of its kind.
+void corpus() {
+  std::string Dir = GUARDJIT_SOURCE_DIR "/tests/corpus";
+  if (const char *E = std::getenv("GUARDJIT_CORPUS_DIR"))
+    Dir = E;
+  PyObject *Tensor = eval("torch.Tensor");
+  PyObject *Param = eval("torch.nn.Parameter");
+  std::error_code EC;
+  std::vector<std::string> Files;
+  for (llvm::sys::fs::directory_iterator It(Dir, EC), End; It != End && !EC;
+       It.increment(EC))
+    if (llvm::StringRef(It->path()).ends_with(".gir"))
+      Files.push_back(It->path());
+  std::sort(Files.begin(), Files.end());
+  for (const std::string &File : Files) {
+    auto Buf = llvm::MemoryBuffer::getFile(File);
+    if (!Buf)
+      continue;
+    auto Sets = parseGirString((*Buf)->getBuffer(), File);
+    if (!Sets) {
+      std::fprintf(stderr, "%s: %s\n", File.c_str(),
+                   toString(Sets.takeError()).c_str());
+      continue;
+    }
+    int N = 0;
+    for (GuardSet &S : *Sets) {
+      auto Shared = std::make_shared<GuardSet>(std::move(S));
+      for (ObjectEntry &O : Shared->objects()) {
+        PyObject *Stand;
+        if (O.Kind == ObjectKind::Type)
+          Stand = O.Repr.find("Parameter") != std::string::npos ? Param
+                  : O.Repr.find("Tensor") != std::string::npos  ? Tensor
+                                                                 : eval("int");
+        else if (O.Kind == ObjectKind::Dict)
+          Stand = PyDict_New();
+        else if (O.Kind == ObjectKind::Key)
+          // Attribute names must be str; the repr is the quoted name.
+          Stand = PyUnicode_FromString(
+              llvm::StringRef(O.Repr).trim("'\"").str().c_str());
+        else
+          Stand = eval("object()");
+        O.Address = reinterpret_cast<uintptr_t>(Stand); // kept for good
+      }
+      // Objects whose binding checks their shape.
+      for (const Guard &G : Shared->guards()) {
+        auto Set = [&](ObjectId Id, const char *Expr) {
+          if (Id < Shared->objects().size())
+            Shared->objects()[Id].Address =
+                reinterpret_cast<uintptr_t>(eval(Expr));
+        };
+        if (G.Kind == GuardKind::DimensionMarking)
+          Set(G.Object, "({}, (), {})");
+        else if (G.Kind == GuardKind::TorchFunctionModeStack)
+          Set(G.Object, "()");
+        else if (G.Kind == GuardKind::DefaultDevice)
+          Set(G.Aux, "{}");
+        else if (G.Kind == GuardKind::ShapeExpr ||
+                 G.Kind == GuardKind::Lambda ||
+                 G.Kind == GuardKind::EpilogueLambda)
+          Set(G.Object, "lambda *a: True");
+      }
+      std::string Error;
+      auto BS = BoundGuardSet::bind(Shared, &Error);
+      std::string Name = llvm::sys::path::stem(File).str() +
+                         (N ? "." + std::to_string(N) : "");
+      ++N;
+      if (!BS) {
+        std::fprintf(stderr, "object cache bench: %s not bound (%s)\n",
+                     Name.c_str(), Error.c_str());
+        continue;
+      }
+      registerHit(Name, std::move(BS));
+    }
+  }
+}
+
+} // namespace
+
+void registerObjectCacheBenchmarks() {
+  synthetic(100);
+  synthetic(1000);
+  corpus();
+}
+
+} // namespace guardjit::bench
