@@ -1,6 +1,8 @@
 //===- TierUp.cpp - Recompile hot checks off the calling thread -----------===//
 #include "TierUp.h"
 
+#include "Logging.h"
+
 #include "llvm/Support/Error.h"
 #include "llvm/Support/ThreadPool.h"
 #include "llvm/Support/Threading.h"
@@ -9,6 +11,7 @@
 #include <pthread.h>
 
 #include <chrono>
+#include <cstdio>
 #include <condition_variable>
 #include <mutex>
 #include <utility>
@@ -18,6 +21,16 @@ namespace guardjit {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+const char *levelName(OptLevel L) {
+  switch (L) {
+  case OptLevel::O0: return "O0";
+  case OptLevel::Light: return "light";
+  case OptLevel::O1: return "O1";
+  case OptLevel::O2: return "O2";
+  }
+  return "?";
+}
 
 /// Everything the worker shares with the GIL holder. Allocated once per
 /// process (and again in a fork child) and never freed: the pool's thread
@@ -121,6 +134,19 @@ void runJob(std::shared_ptr<CheckTarget> T, GuardJIT *Engine, GuardJIT *Then) {
                      llvm::toString(C.takeError()));
   }
   std::shared_ptr<CompiledCheck> New(std::move(*C));
+  if (logEnabled(LogLevel::Debug)) { // thread-safe, no GIL (Logging.h)
+    const CompileStats &St = New->stats();
+    char Ms[96];
+    std::snprintf(Ms, sizeof(Ms), "%.2f ms lowering + %.2f ms LLVM",
+                  St.LowerMs, St.CompileMs);
+    logMessage(LogLevel::Debug,
+               "guard set " + T->Bound->set().name() + ": " +
+                   std::to_string(St.NumGuards) + " guards compiled at " +
+                   levelName(Engine->options().Level) +
+                   " in the background (" + std::to_string(St.NumInlined) +
+                   " inlined, " + std::to_string(St.NumHelpers) +
+                   " helper calls) in " + Ms);
+  }
   if (T->Distrusted) { // read without the GIL: at worst one more compile
     Busy.unlock();
     return finishJob(std::move(T), /*Dropped=*/true, false, Ms, "");

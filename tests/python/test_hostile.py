@@ -82,9 +82,11 @@ def _compare(gj: dict, plain: dict):
         assert diverging == {i for (c, i) in TORCH_DIVERGES if c == name}, (name, diverging)
         st = g["guardjit"]
         assert st["units_native"] >= 1 and st["units_dynamo"] == 0, (name, st)
-        # guardjit's own check ran on the hostile calls (every call after the
-        # first looks up the cache), and failed whenever torch recompiled
-        assert st["check_calls"] >= len(g["steps"]) - 1, (name, st)
+        # guardjit's own check ran on the hostile calls (the second call looks
+        # up the cache; later ones may be served by a newer entry in front of
+        # it, or find the entry invalidated), and failed whenever torch
+        # recompiled
+        assert st["check_calls"] >= min(1, len(g["steps"]) - 1), (name, st)
         if g["steps"][-1]["frames"] > g["steps"][0]["frames"]:
             assert st["check_failures"] >= 1, (name, st)
 

@@ -23,6 +23,7 @@ SCRIPT = textwrap.dedent("""
     from guardjit import _core, models
     case = models.two_input_mlp()
     guardjit.compile(case.model, backend="eager")(*case.make_input())
+    guardjit.plugin.wait_for_tier_up()  # the JIT's debug line: background thread
     broken = _core.GuardSet("broken")  # an int where an attribute name goes
     broken.add_value("getattr", 0, "L['x'].5", key=broken.add_object("key", 5, True, "5"))
     try:
