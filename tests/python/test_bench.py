@@ -47,7 +47,7 @@ def quick_run(tmp_path_factory):
     if importlib.util.find_spec("matplotlib") is not None:
         cmd += ["--plot", str(png_path)]
     env = dict(os.environ, PYTHONWARNINGS="ignore")
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
     assert proc.returncode == 0, proc.stderr[-4000:]
     with open(json_path) as f:
         data = json.load(f)
