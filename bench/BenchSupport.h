@@ -92,6 +92,8 @@ PyObject *const *tupleItems(PyObject *FrameLocals);
 void registerLeafGuardBenchmarks();
 void registerAccessorBenchmarks();
 void registerTensorBenchmarks();
+/// CompileBench.cpp: compile latency of the corpus and synthetic sets.
+void registerCompileBenchmarks();
 
 } // namespace guardjit::bench
 

@@ -22,6 +22,7 @@ int main(int argc, char **argv) {
   guardjit::bench::registerLeafGuardBenchmarks();
   guardjit::bench::registerAccessorBenchmarks();
   guardjit::bench::registerTensorBenchmarks();
+  guardjit::bench::registerCompileBenchmarks();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

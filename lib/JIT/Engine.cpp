@@ -13,11 +13,13 @@
 #include "llvm/ExecutionEngine/Orc/IRTransformLayer.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
 #include "llvm/ExecutionEngine/Orc/LLJIT.h"
+#include "llvm/ExecutionEngine/Orc/ObjectTransformLayer.h"
 #include "llvm/ExecutionEngine/Orc/ThreadSafeModule.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
 #include "llvm/IR/Verifier.h"
+#include "llvm/Object/ObjectFile.h"
 #include "llvm/Passes/PassBuilder.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -78,6 +80,12 @@ CodeGenOptLevel codeGenLevel(OptLevel L) {
 }
 
 } // namespace
+
+/// Timestamps and sizes the ORC layers record for the compile in progress.
+struct GuardJIT::PhaseClock {
+  Clock::time_point OptimizeStart, OptimizeEnd, CodegenEnd;
+  size_t CodeBytes = 0, ObjectBytes = 0;
+};
 
 struct GuardJIT::Lowered {
   std::unique_ptr<LLVMContext> Ctx;
@@ -148,14 +156,38 @@ Expected<std::unique_ptr<GuardJIT>> GuardJIT::create(JITOptions Opts) {
           absoluteSymbols(std::move(Helpers))))
     return E;
 
-  if (Opts.Level != OptLevel::O0)
-    Engine->J->getIRTransformLayer().setTransform(
-        [Self](ThreadSafeModule TSM, MaterializationResponsibility &)
-            -> Expected<ThreadSafeModule> {
-          // Runs inside lookup(), i.e. under CodegenLock (see compile()).
-          TSM.withModuleDo([Self](Module &M) { Self->optimize(M); });
-          return TSM;
-        });
+  // Both transforms run inside lookup(), i.e. under CodegenLock (see
+  // compile()), on the compiling thread; besides optimizing they time the
+  // phases and measure the object (CompileStats).
+  Engine->J->getIRTransformLayer().setTransform(
+      [Self](ThreadSafeModule TSM, MaterializationResponsibility &)
+          -> Expected<ThreadSafeModule> {
+        if (Self->Phases)
+          Self->Phases->OptimizeStart = Clock::now();
+        TSM.withModuleDo([Self](Module &M) { Self->optimize(M); });
+        if (Self->Phases)
+          Self->Phases->OptimizeEnd = Clock::now();
+        return TSM;
+      });
+  Engine->J->getObjTransformLayer().setTransform(
+      [Self](std::unique_ptr<MemoryBuffer> Obj)
+          -> Expected<std::unique_ptr<MemoryBuffer>> {
+        if (PhaseClock *P = Self->Phases) {
+          P->CodegenEnd = Clock::now();
+          P->ObjectBytes += Obj->getBufferSize();
+          // Reads the section headers only (microseconds).
+          auto File =
+              object::ObjectFile::createObjectFile(Obj->getMemBufferRef());
+          if (!File) {
+            consumeError(File.takeError());
+          } else {
+            for (const object::SectionRef &Sec : (*File)->sections())
+              if (Sec.isText())
+                P->CodeBytes += Sec.getSize();
+          }
+        }
+        return Obj;
+      });
   return Engine;
 }
 
@@ -247,6 +279,10 @@ GuardJIT::compile(const BoundGuardSet &Set) {
   Result->Stats.NumGuards = L->Stats.NumGuards;
   Result->Stats.NumInlined = L->Stats.NumInlined;
   Result->Stats.NumHelpers = L->Stats.NumHelpers;
+  for (const Function &F : *L->M) {
+    Result->Stats.NumIRInstructions += F.getInstructionCount();
+    Result->Stats.NumIRBlocks += F.size();
+  }
   Result->Symbol = L->Symbol;
   Result->Level = Opts.Level;
 
@@ -256,16 +292,32 @@ GuardJIT::compile(const BoundGuardSet &Set) {
   Start = Clock::now();
   ResourceTrackerSP RT = J->getMainJITDylib().createResourceTracker();
   std::lock_guard<std::mutex> Lock(CodegenLock);
+  PhaseClock Clocks;
+  Clocks.OptimizeStart = Clocks.OptimizeEnd = Clocks.CodegenEnd = Start;
+  Phases = &Clocks;
   if (Error E = J->addIRModule(
-          RT, ThreadSafeModule(std::move(L->M), std::move(L->Ctx))))
+          RT, ThreadSafeModule(std::move(L->M), std::move(L->Ctx)))) {
+    Phases = nullptr;
     return E;
+  }
   auto Addr = J->lookup(Result->Symbol);
+  Phases = nullptr;
   if (!Addr) {
     if (Error E = RT->remove())
       reportError(std::move(E));
     return Addr.takeError();
   }
-  Result->Stats.CompileMs = msSince(Start);
+  auto End = Clock::now();
+  auto Ms = [](Clock::time_point A, Clock::time_point B) {
+    return std::chrono::duration<double, std::milli>(B - A).count();
+  };
+  CompileStats &St = Result->Stats;
+  St.CompileMs = Ms(Start, End);
+  St.OptimizeMs = Ms(Clocks.OptimizeStart, Clocks.OptimizeEnd);
+  St.CodegenMs = Ms(Clocks.OptimizeEnd, Clocks.CodegenEnd);
+  St.LinkMs = St.CompileMs - St.OptimizeMs - St.CodegenMs;
+  St.CodeBytes = Clocks.CodeBytes;
+  St.ObjectBytes = Clocks.ObjectBytes;
   Result->Fn = Addr->toPtr<CheckFn>();
   Result->Tracker = std::move(RT);
   return Result;

@@ -64,9 +64,23 @@ struct CompileStats {
   double LowerMs = 0;   ///< Guard IR -> LLVM IR, incl. verification (ms)
   double CompileMs = 0; ///< LLVM IR -> machine code, incl. IR passes,
                         ///< linking and lookup (ms)
+  /// The parts of CompileMs (ms): this level's IR passes, code generation
+  /// (instruction selection to object file), and the rest (adding the
+  /// module, JITLink, the symbol lookup).
+  double OptimizeMs = 0;
+  double CodegenMs = 0;
+  double LinkMs = 0;
   size_t NumGuards = 0;
   size_t NumInlined = 0;  ///< guards emitted as inline loads/compares
   size_t NumHelpers = 0;  ///< guards emitted as runtime helper calls
+  /// LLVM IR as lowered, before this level's passes.
+  size_t NumIRInstructions = 0;
+  size_t NumIRBlocks = 0;
+  /// Machine code: the size of the text sections of the emitted object
+  /// (bytes), and of the whole relocatable object (headers, relocations,
+  /// symbols included).
+  size_t CodeBytes = 0;
+  size_t ObjectBytes = 0;
 };
 
 /// A compiled check function; frees its code when destroyed.
@@ -156,6 +170,10 @@ private:
   /// Serializes IR passes and code generation: LLJIT's default compiler and
   /// TM are shared by all compiles of this engine.
   std::mutex CodegenLock;
+  /// Where the layers record the phases of the compile in progress (the
+  /// one holding CodegenLock); null outside compile().
+  struct PhaseClock;
+  PhaseClock *Phases = nullptr;
   std::mutex ErrorLock;
   std::vector<std::string> ReportedErrors;
 };
