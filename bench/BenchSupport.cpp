@@ -122,7 +122,16 @@ Guard &SetBuilder::guard(GuardKind K, std::vector<ValueId> Ops, ObjectId Obj,
 
 GuardJIT &engine() {
   static std::unique_ptr<GuardJIT> J = [] {
-    auto E = GuardJIT::create({OptLevel::Light, /*VerifyIR=*/true});
+    // GUARDJIT_BENCH_LEVEL=O0|light|O1|O2 (default light, the plugin's).
+    OptLevel L = OptLevel::Light;
+    if (const char *Env = std::getenv("GUARDJIT_BENCH_LEVEL")) {
+      std::string V = Env;
+      L = V == "O0"   ? OptLevel::O0
+          : V == "O1" ? OptLevel::O1
+          : V == "O2" ? OptLevel::O2
+                      : OptLevel::Light;
+    }
+    auto E = GuardJIT::create({L, /*VerifyIR=*/true});
     if (!E)
       die("cannot create the JIT: " + llvm::toString(E.takeError()));
     return std::move(*E);

@@ -79,6 +79,10 @@ CodeGenOptLevel codeGenLevel(OptLevel L) {
   return CodeGenOptLevel::None;
 }
 
+bool compactLowering(OptLevel L) {
+  return L == OptLevel::O0 || L == OptLevel::Light;
+}
+
 } // namespace
 
 /// Timestamps and sizes the ORC layers record for the compile in progress.
@@ -120,6 +124,11 @@ Expected<std::unique_ptr<GuardJIT>> GuardJIT::create(JITOptions Opts) {
   if (!JTMB)
     return JTMB.takeError();
   JTMB->setCodeGenOptLevel(codeGenLevel(Opts.Level));
+  // What LLJIT sets on its own copy for JITLink (small code model, PIC:
+  // a helper call is a 5-byte call through a JITLink stub); set here too so
+  // that TM, hence --emit=asm and the IR passes' TTI, match the JIT's code.
+  JTMB->setCodeModel(CodeModel::Small);
+  JTMB->setRelocationModel(Reloc::PIC_);
   // FastISel below O2: the selection DAG costs more than it gains on guard
   // code (compare-and-branch chains and calls); O1's gain is the allocator.
   if (Opts.Level != OptLevel::O2)
@@ -205,7 +214,11 @@ std::vector<std::string> GuardJIT::takeReportedErrors() {
 }
 
 void GuardJIT::optimize(Module &M) {
-  if (Opts.Level == OptLevel::O0)
+  // O0 and Light run no IR pass: their compact lowering emits no
+  // block-per-step scaffold for early-cse + simplifycfg to remove, and the
+  // passes cost ~40 % of Light's compile time (measured: issue 15,
+  // docs/performance.md "Compile latency").
+  if (Opts.Level == OptLevel::O0 || Opts.Level == OptLevel::Light)
     return;
   LoopAnalysisManager LAM;
   FunctionAnalysisManager FAM;
@@ -222,7 +235,7 @@ void GuardJIT::optimize(Module &M) {
   if (Opts.Level == OptLevel::O2) {
     MPM = PB.buildPerModuleDefaultPipeline(OptimizationLevel::O2);
   } else {
-    // Light and O1: the lowering emits each value once, so there is little
+    // O1: the lowering emits each value once, so there is little
     // to CSE across guards; what these passes remove is the block-per-step
     // scaffold (branch chains, repeated type loads of one object between
     // calls) that O0 codegen would keep. InstCombine was measured and left
@@ -253,8 +266,15 @@ Expected<GuardJIT::Lowered> GuardJIT::lower(const GuardSet &S,
   L.M->setTargetTriple(J->getTargetTriple().str());
   L.Symbol = formatv("gj_check_{0}_{1}", sanitize(S.name()),
                      Counter.fetch_add(1, std::memory_order_relaxed));
-  auto F = Bound ? lowerGuardSet(*Bound, *L.M, L.Symbol, &L.Stats)
-               : lowerGuardSetSymbolic(S, *L.M, L.Symbol, &L.Stats);
+  // The first tier's levels emit compact code (calls for the memo tests
+  // and the other inline fast paths): lowering + O0 code generation are
+  // what a new set waits for, and they scale with the IR. The background
+  // tier inlines them (docs/performance.md, "Compile latency").
+  LoweringOptions LO;
+  LO.Compact = compactLowering(Opts.Level);
+  LO.CallMemo = Opts.Level == OptLevel::O0;
+  auto F = Bound ? lowerGuardSet(*Bound, *L.M, L.Symbol, &L.Stats, LO)
+               : lowerGuardSetSymbolic(S, *L.M, L.Symbol, &L.Stats, LO);
   if (!F)
     return F.takeError();
   // Malformed IR would crash instruction selection instead of failing.

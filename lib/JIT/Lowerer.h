@@ -39,7 +39,8 @@ namespace guardjit {
 class Lowerer {
 public:
   /// `BS` null lowers `S` with symbolic addresses (lowerGuardSetSymbolic).
-  Lowerer(const GuardSet &S, const BoundGuardSet *BS, llvm::Module &M);
+  Lowerer(const GuardSet &S, const BoundGuardSet *BS, llvm::Module &M,
+          LoweringOptions Options = {});
 
   llvm::Expected<llvm::Function *> run(llvm::StringRef Name,
                                        LoweringStats &Stats);
@@ -98,8 +99,11 @@ private:
                                          : Kind + std::to_string(N);
   }
 
-  /// Ends the current block (branching to the new one, or to the current
-  /// failure target when `PendingOk` is false) and starts block `Name`.
+  /// Ends a step: with a pending condition, branches on it to a new block
+  /// `Name` or to the current failure target; without one, the next step
+  /// goes on in the current block (a block per step would only add blocks
+  /// for code generation to lay out and the fast register allocator to
+  /// spill across).
   void beginBlock(const llvm::Twine &Name);
   /// Makes the next beginBlock branch to the failure target unless `Ok`.
   void failUnless(llvm::Value *Ok) {
@@ -139,9 +143,15 @@ private:
   std::pair<llvm::BasicBlock *, llvm::BasicBlock *>
   emitMemoTest(llvm::Constant *Slot, llvm::Value *Dict,
                const std::string &Name);
+  /// emitMemoTest's answer as an i1, branch-free (LoweringOptions::Compact).
+  llvm::Value *emitMemoHit(llvm::Constant *Slot, llvm::Value *Dict,
+                           const std::string &Name);
+  /// `Fill` is the miss helper, `Whole` the helper that makes the whole
+  /// read (LoweringOptions::CallMemo).
   llvm::Value *emitMemoRead(ValueId Id, llvm::Value *Dict,
-                            llvm::StringRef Fill, llvm::Type *ArgTy,
-                            llvm::Value *Arg, const std::string &Name);
+                            llvm::StringRef Fill, llvm::StringRef Whole,
+                            llvm::Type *ArgTy, llvm::Value *Arg,
+                            const std::string &Name);
   void emitRelease(llvm::Value *Obj);
 
   // --- Guards. emitGuard (Lowering.cpp) starts the guard's block and
@@ -172,6 +182,9 @@ private:
 
   const BoundGuardSet *BS;
   const GuardSet &S;
+  /// LoweringOptions::Compact (implied by CallMemo) and CallMemo.
+  bool Compact;
+  bool CallMemo;
   llvm::Module &M;
   llvm::LLVMContext &Ctx;
   llvm::IRBuilder<> B;

@@ -53,8 +53,10 @@ static_assert(sizeof(DictReadCache) == 24 &&
                   offsetof(DictReadCache, Value) == 16,
               "DictReadCache is lowered as {ptr, i64, ptr}");
 
-Lowerer::Lowerer(const GuardSet &S, const BoundGuardSet *BS, Module &M)
-    : BS(BS), S(S), M(M), Ctx(M.getContext()), B(Ctx),
+Lowerer::Lowerer(const GuardSet &S, const BoundGuardSet *BS, Module &M,
+                 LoweringOptions Options)
+    : BS(BS), S(S), Compact(Options.Compact || Options.CallMemo),
+      CallMemo(Options.CallMemo), M(M), Ctx(M.getContext()), B(Ctx),
       PtrTy(PointerType::getUnqual(Ctx)), I32(Type::getInt32Ty(Ctx)),
       I64(Type::getInt64Ty(Ctx)),
       Likely(MDBuilder(Ctx).createLikelyBranchWeights()) {}
@@ -159,11 +161,10 @@ Constant *Lowerer::pointer(const void *Address) {
 }
 
 void Lowerer::beginBlock(const Twine &Name) {
+  if (!PendingOk)
+    return;
   BasicBlock *BB = BasicBlock::Create(Ctx, Name, F);
-  if (PendingOk)
-    B.CreateCondBr(PendingOk, BB, FailTarget, Likely);
-  else
-    B.CreateBr(BB);
+  B.CreateCondBr(PendingOk, BB, FailTarget, Likely);
   PendingOk = nullptr;
   B.SetInsertPoint(BB);
 }
@@ -296,17 +297,19 @@ Expected<Function *> Lowerer::run(StringRef Name, LoweringStats &Stats) {
 }
 
 Expected<Function *> lowerGuardSet(const BoundGuardSet &Set, Module &M,
-                                   StringRef Name, LoweringStats *Stats) {
+                                   StringRef Name, LoweringStats *Stats,
+                                   LoweringOptions Options) {
   LoweringStats Local;
-  Lowerer L(Set.set(), &Set, M);
+  Lowerer L(Set.set(), &Set, M, Options);
   return L.run(Name, Stats ? *Stats : Local);
 }
 
 Expected<Function *> lowerGuardSetSymbolic(const GuardSet &Set, Module &M,
                                            StringRef Name,
-                                           LoweringStats *Stats) {
+                                           LoweringStats *Stats,
+                                           LoweringOptions Options) {
   LoweringStats Local;
-  Lowerer L(Set, nullptr, M);
+  Lowerer L(Set, nullptr, M, Options);
   return L.run(Name, Stats ? *Stats : Local);
 }
 
@@ -330,6 +333,10 @@ ArrayRef<RuntimeSymbol> runtimeSymbols() {
       GJ_SYM(gj_rt_dict_key_fill),
       GJ_SYM(gj_rt_dict_value_fill),
       GJ_SYM(gj_rt_dict_contains_fill),
+      GJ_SYM(gj_rt_dict_contains_cached),
+      GJ_SYM(gj_rt_dict_key_cached),
+      GJ_SYM(gj_rt_dict_value_cached),
+      GJ_SYM(gj_rt_getattr_cached),
       GJ_SYM(gj_rt_closure),
       GJ_SYM(gj_rt_func_defaults),
       GJ_SYM(gj_rt_func_kwdefaults),

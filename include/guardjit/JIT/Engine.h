@@ -12,14 +12,19 @@
 // compiled function needs the GIL. The BoundGuardSet must outlive the
 // compiled function (its object addresses and payloads are immediates).
 //
-// Code levels (compile ms per 100 guards measured on a 2 vCPU EPYC, noisy):
-//   O0    IR as lowered; codegen CodeGenOptLevel::None with FastISel (~2-3).
-//   Light early-cse + simplifycfg; codegen as O0 (~3-5).
-//   O1    Light's IR passes; codegen CodeGenOptLevel::Less with FastISel,
-//         i.e. the greedy register allocator (~35-150, growing with the
-//         size of the function): the background tier (TierUp.h).
-//   O2    the PassBuilder O2 pipeline; codegen CodeGenOptLevel::Default
-//         (~40-50).
+// Code levels (compile ms per 100 guards, thread CPU time on a 2 vCPU EPYC
+// shared with other jobs, noisy; docs/performance.md "Compile latency"):
+//   O0    compact lowering with the memo tests as calls
+//         (LoweringOptions::CallMemo); no IR pass; codegen
+//         CodeGenOptLevel::None with FastISel (~5).
+//   Light compact lowering with the memo hits inline
+//         (LoweringOptions::Compact); no IR pass; codegen as O0 (~12).
+//   O1    the full inline lowering, early-cse + simplifycfg; codegen
+//         CodeGenOptLevel::Less with FastISel, i.e. the greedy register
+//         allocator (~60-250, growing with the size of the function): the
+//         background tier (TierUp.h).
+//   O2    the full inline lowering, the PassBuilder O2 pipeline; codegen
+//         CodeGenOptLevel::Default (~150-450).
 //
 //===----------------------------------------------------------------------===//
 #ifndef GUARDJIT_JIT_ENGINE_H
