@@ -214,11 +214,13 @@ std::vector<std::string> GuardJIT::takeReportedErrors() {
 }
 
 void GuardJIT::optimize(Module &M) {
-  // O0 and Light run no IR pass: their compact lowering emits no
-  // block-per-step scaffold for early-cse + simplifycfg to remove, and the
-  // passes cost ~40 % of Light's compile time (measured: issue 15,
-  // docs/performance.md "Compile latency").
-  if (Opts.Level == OptLevel::O0 || Opts.Level == OptLevel::Light)
+  // O0 runs no IR pass. Light runs early-cse alone: its compact lowering
+  // emits no block-per-step scaffold for simplifycfg to remove (that pass
+  // cost ~40 % of Light's compile time), but the type/size loads it repeats
+  // for each item of one tuple, or each guard on one object, only CSE
+  // removes (without it TYPE_MATCH / ID_MATCH on tuple items took 2x the
+  // time). Measured: issue 15, docs/performance.md "Compile latency".
+  if (Opts.Level == OptLevel::O0)
     return;
   LoopAnalysisManager LAM;
   FunctionAnalysisManager FAM;
@@ -234,6 +236,10 @@ void GuardJIT::optimize(Module &M) {
   ModulePassManager MPM;
   if (Opts.Level == OptLevel::O2) {
     MPM = PB.buildPerModuleDefaultPipeline(OptimizationLevel::O2);
+  } else if (Opts.Level == OptLevel::Light) {
+    FunctionPassManager FPM;
+    FPM.addPass(EarlyCSEPass());
+    MPM.addPass(createModuleToFunctionPassAdaptor(std::move(FPM)));
   } else {
     // O1: the lowering emits each value once, so there is little
     // to CSE across guards; what these passes remove is the block-per-step

@@ -18,7 +18,7 @@
 //         (LoweringOptions::CallMemo); no IR pass; codegen
 //         CodeGenOptLevel::None with FastISel (~5).
 //   Light compact lowering with the memo hits inline
-//         (LoweringOptions::Compact); no IR pass; codegen as O0 (~12).
+//         (LoweringOptions::Compact); early-cse; codegen as O0 (~6-10).
 //   O1    the full inline lowering, early-cse + simplifycfg; codegen
 //         CodeGenOptLevel::Less with FastISel, i.e. the greedy register
 //         allocator (~60-250, growing with the size of the function): the
