@@ -124,8 +124,17 @@ Guard &SetBuilder::guard(GuardKind K, std::vector<ValueId> Ops, ObjectId Obj,
 
 GuardJIT &engine() {
   static std::unique_ptr<GuardJIT> J = [] {
+    // GUARDJIT_BENCH_LEVEL=O0|light|O1|O2 (default light, the plugin's).
+    OptLevel L = OptLevel::Light;
+    if (const char *Env = std::getenv("GUARDJIT_BENCH_LEVEL")) {
+      std::string V = Env;
+      L = V == "O0"   ? OptLevel::O0
+          : V == "O1" ? OptLevel::O1
+          : V == "O2" ? OptLevel::O2
+                      : OptLevel::Light;
+    }
     JITOptions O;
-    O.Level = OptLevel::Light;
+    O.Level = L;
     O.VerifyIR = true;
     // GUARDJIT_CACHE_DIR set: the cases run relocatable code, as a process
     // with the object cache does (docs/object-cache.md).

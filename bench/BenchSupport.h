@@ -81,7 +81,8 @@ struct Case {
 void registerCase(const std::string &Name, SetBuilder &SB,
                   PyObject *FrameLocals, FloorFn Floor, int Guards = N);
 
-/// The engine all cases compile with (Light, as the plugin's default).
+/// The engine all cases compile with: Light (the plugin's default) unless
+/// GUARDJIT_BENCH_LEVEL names another level.
 GuardJIT &engine();
 
 /// The borrowed items of the tuple `L['t']` of `FrameLocals` (the floors'
@@ -93,6 +94,8 @@ void registerLeafGuardBenchmarks();
 void registerAccessorBenchmarks();
 void registerTensorBenchmarks();
 void registerObjectCacheBenchmarks();
+/// CompileBench.cpp: compile latency of the corpus and synthetic sets.
+void registerCompileBenchmarks();
 
 } // namespace guardjit::bench
 

@@ -23,6 +23,7 @@ int main(int argc, char **argv) {
   guardjit::bench::registerAccessorBenchmarks();
   guardjit::bench::registerTensorBenchmarks();
   guardjit::bench::registerObjectCacheBenchmarks();
+  guardjit::bench::registerCompileBenchmarks();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

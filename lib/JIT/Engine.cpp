@@ -17,11 +17,13 @@
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
 #include "llvm/ExecutionEngine/Orc/LLJIT.h"
 #include "llvm/ExecutionEngine/Orc/ObjectLinkingLayer.h"
+#include "llvm/ExecutionEngine/Orc/ObjectTransformLayer.h"
 #include "llvm/ExecutionEngine/Orc/ThreadSafeModule.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
 #include "llvm/IR/Verifier.h"
+#include "llvm/Object/ObjectFile.h"
 #include "llvm/Passes/PassBuilder.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -98,6 +100,11 @@ const char *levelName(OptLevel L) {
 /// The function's name inside every relocatable object: each set has its
 /// own JITDylib, so identical sets give identical objects.
 constexpr const char *CheckName = "gj_check";
+
+/// The first tier's levels lower compact code (LoweringOptions).
+bool compactLowering(OptLevel L) {
+  return L == OptLevel::O0 || L == OptLevel::Light;
+}
 
 } // namespace
 
@@ -197,6 +204,11 @@ Expected<std::unique_ptr<GuardJIT>> GuardJIT::create(JITOptions Opts) {
   if (!JTMB)
     return JTMB.takeError();
   JTMB->setCodeGenOptLevel(codeGenLevel(Opts.Level));
+  // What LLJIT sets on its own copy for JITLink (small code model, PIC:
+  // a helper call is a 5-byte call through a JITLink stub); set here too so
+  // that TM, hence --emit=asm and the IR passes' TTI, match the JIT's code.
+  JTMB->setCodeModel(CodeModel::Small);
+  JTMB->setRelocationModel(Reloc::PIC_);
   // FastISel below O2: the selection DAG costs more than it gains on guard
   // code (compare-and-branch chains and calls); O1's gain is the allocator.
   if (Opts.Level != OptLevel::O2)
@@ -286,6 +298,12 @@ std::vector<std::string> GuardJIT::takeReportedErrors() {
 }
 
 void GuardJIT::optimize(Module &M) {
+  // O0 runs no IR pass. Light runs early-cse alone: its compact lowering
+  // emits no block-per-step scaffold for simplifycfg to remove (that pass
+  // cost ~40 % of Light's compile time), but the type/size loads it repeats
+  // for each item of one tuple, or each guard on one object, only CSE
+  // removes (without it TYPE_MATCH / ID_MATCH on tuple items took 2x the
+  // time). Measured: issue 15, docs/performance.md "Compile latency".
   if (Opts.Level == OptLevel::O0)
     return;
   LoopAnalysisManager LAM;
@@ -302,8 +320,12 @@ void GuardJIT::optimize(Module &M) {
   ModulePassManager MPM;
   if (Opts.Level == OptLevel::O2) {
     MPM = PB.buildPerModuleDefaultPipeline(OptimizationLevel::O2);
+  } else if (Opts.Level == OptLevel::Light) {
+    FunctionPassManager FPM;
+    FPM.addPass(EarlyCSEPass());
+    MPM.addPass(createModuleToFunctionPassAdaptor(std::move(FPM)));
   } else {
-    // Light and O1: the lowering emits each value once, so there is little
+    // O1: the lowering emits each value once, so there is little
     // to CSE across guards; what these passes remove is the block-per-step
     // scaffold (branch chains, repeated type loads of one object between
     // calls) that O0 codegen would keep. InstCombine was measured and left
@@ -344,11 +366,19 @@ Expected<GuardJIT::Lowered> GuardJIT::lower(const GuardSet &S,
   // SelectionDAG: about 2x the code generation time on dict-read-heavy
   // sets), which only the cache pays back. Parsed IR lowers to symbolic
   // code (nothing to bind). Emitted text names the function after the set,
-  // as the JITDylib is.
+  // as the JITDylib is. The first tier's levels emit compact code (calls
+  // for the memo tests and the other inline fast paths): lowering + O0 code
+  // generation are what a new set waits for, and they scale with the IR.
+  // The background tier inlines them (docs/performance.md, "Compile
+  // latency").
+  LoweringOptions LO;
+  LO.Compact = compactLowering(Opts.Level);
+  LO.CallMemo = Opts.Level == OptLevel::O0;
   StringRef Name = KeepNames ? StringRef(L.Symbol) : StringRef(CheckName);
-  auto F = !Bound  ? lowerGuardSetSymbolic(S, *L.M, L.Symbol, &L.Stats)
-           : Cache ? lowerGuardSetRelocatable(S, *L.M, Name, L.Table, &L.Stats)
-                   : lowerGuardSet(*Bound, *L.M, Name, &L.Stats);
+  auto F = !Bound  ? lowerGuardSetSymbolic(S, *L.M, L.Symbol, &L.Stats, LO)
+           : Cache ? lowerGuardSetRelocatable(S, *L.M, Name, L.Table, &L.Stats,
+                                              LO)
+                   : lowerGuardSet(*Bound, *L.M, Name, &L.Stats, LO);
   if (!F)
     return F.takeError();
   // Malformed IR would crash instruction selection instead of failing.
@@ -449,21 +479,41 @@ GuardJIT::compile(const BoundGuardSet &Set) {
   Result->Stats.NumGuards = L->Stats.NumGuards;
   Result->Stats.NumInlined = L->Stats.NumInlined;
   Result->Stats.NumHelpers = L->Stats.NumHelpers;
+  for (const Function &F : *L->M) {
+    Result->Stats.NumIRInstructions += F.getInstructionCount();
+    Result->Stats.NumIRBlocks += F.size();
+  }
 
   // 2.-3. IR passes and code generation to an object. The engine's
   // TargetMachine is shared: one compile at a time per engine.
   Start = Clock::now();
   std::unique_ptr<MemoryBuffer> Object;
+  CompileStats &St = Result->Stats;
   {
     std::lock_guard<std::mutex> Lock(CodegenLock);
+    auto OptStart = Clock::now();
     optimize(*L->M);
     // Every level but O2 selects instructions with FastISel (create()).
     if (!L->Table.empty() && Opts.Level != OptLevel::O2)
       prepareRelocatableForFastISel(*L->M);
+    St.OptimizeMs = msSince(OptStart);
+    auto CodegenStart = Clock::now();
     auto Obj = SimpleCompiler(*TM)(*L->M);
     if (!Obj)
       return Obj.takeError();
     Object = std::move(*Obj);
+    St.CodegenMs = msSince(CodegenStart);
+  }
+  // The object's size and its text sections' (the section headers only:
+  // microseconds).
+  St.ObjectBytes = Object->getBufferSize();
+  if (auto File = object::ObjectFile::createObjectFile(
+          Object->getMemBufferRef())) {
+    for (const object::SectionRef &Sec : (*File)->sections())
+      if (Sec.isText())
+        St.CodeBytes += Sec.getSize();
+  } else {
+    consumeError(File.takeError());
   }
   L->M.reset();
   L->Ctx.reset();
@@ -477,6 +527,7 @@ GuardJIT::compile(const BoundGuardSet &Set) {
                      L->Table))
     return E;
   Result->Stats.CompileMs = msSince(Start);
+  St.LinkMs = St.CompileMs - St.OptimizeMs - St.CodegenMs;
 
   // 6. Store for the next process (a failure only costs the next one).
   if (Cache) {

@@ -49,6 +49,9 @@ llvm::Value *Lowerer::loadPreHeader(llvm::Value *Obj, int64_t Offset,
 /// gj_rt_generic_dict, which materializes or fails as Dynamo's read does.
 llvm::Value *Lowerer::emitGenericDict(llvm::Value *Obj,
                                       const std::string &Name) {
+  if (Compact) // the helper tests the same common case first
+    return B.CreateCall(helper("gj_rt_generic_dict", PtrTy, {PtrTy}), {Obj},
+                        Name);
   BasicBlock *Managed = BasicBlock::Create(Ctx, Name + ".managed", F);
   BasicBlock *Slow = BasicBlock::Create(Ctx, Name + ".slow", F);
   BasicBlock *Join = BasicBlock::Create(Ctx, Name + ".read", F);
@@ -140,12 +143,62 @@ Lowerer::emitMemoTest(llvm::Value *Slot, llvm::Value *Dict,
   return {Hit, Miss};
 }
 
+/// The hit test of emitMemoTest as one i1 in the current block, no branch:
+/// the tag is loaded from the dict only when it is an exact dict, else from
+/// the slot itself (a readable address whose value no longer matters, as
+/// `IsDict` is false), so no load can leave the object.
+llvm::Value *Lowerer::emitMemoHit(llvm::Value *Slot, llvm::Value *Dict,
+                                  const std::string &Name) {
+  llvm::Value *CachedDict =
+      loadField(Slot, offsetof(DictReadCache, Dict), PtrTy, Name + ".mdict");
+  llvm::Value *IsDict = B.CreateICmpEQ(loadType(Dict, Name + ".dtype"),
+                                       pointer(&PyDict_Type), Name + ".is_dict");
+  llvm::Value *TagAddr = B.CreateSelect(
+      IsDict, B.CreateConstInBoundsGEP1_64(B.getInt8Ty(), Dict,
+                                           abi::DictVersionTagOffset),
+      B.CreateConstInBoundsGEP1_64(B.getInt8Ty(), Slot,
+                                   offsetof(DictReadCache, Tag)),
+      Name + ".tag_addr");
+  llvm::Value *Tag =
+      B.CreateAlignedLoad(I64, TagAddr, Align(abi::PointerSize), Name + ".tag");
+  llvm::Value *CachedTag =
+      loadField(Slot, offsetof(DictReadCache, Tag), I64, Name + ".mtag");
+  return B.CreateAnd(
+      B.CreateAnd(B.CreateICmpEQ(Dict, CachedDict, Name + ".same_dict"),
+                  IsDict),
+      B.CreateICmpEQ(Tag, CachedTag, Name + ".same_tag"), Name + ".hit");
+}
+
 /// A memoized dict read: the slot's value on a hit, else `Fill` (the
 /// helper that reads and refills the slot) with `Args` + the slot.
 llvm::Value *Lowerer::emitMemoRead(ValueId Id, llvm::Value *Dict,
-                                   StringRef Fill, Type *ArgTy,
-                                   llvm::Value *Arg, const std::string &Name) {
+                                   StringRef Fill, StringRef Whole,
+                                   Type *ArgTy, llvm::Value *Arg,
+                                   const std::string &Name) {
   llvm::Value *Slot = valueMemo(Id);
+  if (CallMemo)
+    return B.CreateCall(helper(Whole, PtrTy, {PtrTy, ArgTy, PtrTy}),
+                        {Dict, Arg, Slot}, Name);
+  if (Compact) {
+    // The hit test and the slot's value in the current block, one branch
+    // to the fill call: three blocks where emitMemoTest makes six.
+    llvm::Value *Hit = emitMemoHit(Slot, Dict, Name);
+    llvm::Value *Cached =
+        loadField(Slot, offsetof(DictReadCache, Value), PtrTy, Name + ".mval");
+    BasicBlock *HitEnd = B.GetInsertBlock();
+    BasicBlock *Miss = BasicBlock::Create(Ctx, Name + ".memo.miss", F);
+    BasicBlock *Join = BasicBlock::Create(Ctx, Name + ".read", F);
+    B.CreateCondBr(Hit, Join, Miss, Likely);
+    B.SetInsertPoint(Miss);
+    llvm::Value *Read = B.CreateCall(helper(Fill, PtrTy, {PtrTy, ArgTy, PtrTy}),
+                                     {Dict, Arg, Slot}, Name + ".fill");
+    B.CreateBr(Join);
+    B.SetInsertPoint(Join);
+    PHINode *Result = B.CreatePHI(PtrTy, 2, Name);
+    Result->addIncoming(Cached, HitEnd);
+    Result->addIncoming(Read, Miss);
+    return Result;
+  }
   auto [Hit, Miss] = emitMemoTest(Slot, Dict, Name);
   BasicBlock *Join = BasicBlock::Create(Ctx, Name + ".read", F);
 
@@ -173,6 +226,10 @@ llvm::Value *Lowerer::emitMemoRead(ValueId Id, llvm::Value *Dict,
 llvm::Value *Lowerer::emitGetAttr(ValueId Id, llvm::Value *Parent,
                                   const std::string &Name) {
   const guardjit::Value &V = S.value(Id);
+  if (Compact) // the same three ways, ahead of time
+    return B.CreateCall(
+        helper("gj_rt_getattr_cached", PtrTy, {PtrTy, PtrTy, PtrTy}),
+        {Parent, object(V.Key), valueMemo(Id)}, Name);
   BasicBlock *Module = BasicBlock::Create(Ctx, Name + ".module", F);
   BasicBlock *Other = BasicBlock::Create(Ctx, Name + ".other", F);
   BasicBlock *Join = BasicBlock::Create(Ctx, Name + ".read", F);
@@ -250,6 +307,8 @@ void Lowerer::emitValue(ValueId Id, LoweringStats &Stats) {
     return;
   case AccessorKind::TupleGetItem:
   case AccessorKind::ListGetItem:
+    // Inline even when compact: a few loads and two tests, which a call
+    // would not make cheaper to compile but would make slower to run.
     if (V.Index >= 0) {
       assert(!accessorReturnsNewRef(V.Kind) && "inline items are borrowed");
       emitInlineSequenceItem(Id, V.Kind == AccessorKind::TupleGetItem);
@@ -267,8 +326,9 @@ void Lowerer::emitValue(ValueId Id, LoweringStats &Stats) {
     // L[name] of the frame locals dict: the same probe as any dict item.
   case AccessorKind::DictGetItem:
     assert(accessorUsesDictCache(V.Kind) && !accessorReturnsNewRef(V.Kind));
-    Result = emitMemoRead(Id, Parent, "gj_rt_dict_get_item_fill", PtrTy,
-                          object(V.Key), Name);
+    Result = emitMemoRead(Id, Parent, "gj_rt_dict_get_item_fill",
+                          "gj_rt_dict_get_item_cached", PtrTy, object(V.Key),
+                          Name);
     break;
   case AccessorKind::GenericDict:
     Result = emitGenericDict(Parent, Name);
@@ -355,6 +415,9 @@ void Lowerer::emitValue(ValueId Id, LoweringStats &Stats) {
                           V.Kind == AccessorKind::DictKey
                               ? "gj_rt_dict_key_fill"
                               : "gj_rt_dict_value_fill",
+                          V.Kind == AccessorKind::DictKey
+                              ? "gj_rt_dict_key_cached"
+                              : "gj_rt_dict_value_cached",
                           I64, ConstantInt::get(I64, V.Index), Name);
     break;
   }

@@ -13,6 +13,8 @@
 
 #include "llvm/IR/IRBuilder.h"
 
+#include <tuple>
+
 using namespace llvm;
 
 namespace guardjit {
@@ -61,6 +63,11 @@ llvm::Value *Lowerer::emitLeafGuard(size_t Index, LoweringStats &Stats) {
     return nullptr;
   }
   case GuardKind::LengthCheck: {
+    if (Compact) { // the helper reads ob_size of exact tuples/lists first
+      Ok = Call("gj_rt_length_check", {PtrTy, I64},
+                {V, ConstantInt::get(I64, G.Int)});
+      break;
+    }
     // PySequence_Length of an exact tuple or list is its ob_size (their
     // sq_length); a subclass may define __len__, so it takes the helper.
     BasicBlock *Seq = BasicBlock::Create(Ctx, P + ".seq", F);
@@ -92,10 +99,22 @@ llvm::Value *Lowerer::emitLeafGuard(size_t Index, LoweringStats &Stats) {
     // (and records a pass after a pure probe).
     assert(guardUsesDictCache(G.Kind));
     llvm::Value *Slot = guardMemo(Index);
-    auto [Hit, Miss] = emitMemoTest(Slot, V, P);
+    if (CallMemo) {
+      Ok = Call("gj_rt_dict_contains_cached", {PtrTy, PtrTy, I32, PtrTy},
+                {V, object(G.Object), ConstantInt::get(I32, G.Int != 0), Slot});
+      break;
+    }
+    BasicBlock *Hit, *Miss;
     BasicBlock *Done = BasicBlock::Create(Ctx, P + ".done", F);
-    B.SetInsertPoint(Hit);
-    B.CreateBr(Done);
+    if (Compact) { // the hit test in this block (emitMemoHit)
+      Miss = BasicBlock::Create(Ctx, P + ".memo.miss", F);
+      B.CreateCondBr(emitMemoHit(Slot, V, P), Done, Miss, Likely);
+      Hit = nullptr;
+    } else {
+      std::tie(Hit, Miss) = emitMemoTest(Slot, V, P);
+      B.SetInsertPoint(Hit);
+      B.CreateBr(Done);
+    }
     B.SetInsertPoint(Miss);
     llvm::Value *Pass = Call(
         "gj_rt_dict_contains_fill", {PtrTy, PtrTy, I32, PtrTy},

@@ -44,6 +44,7 @@ public:
   /// per-set addresses are absolute symbols `gj.a.<slot>`, whose layout is
   /// appended to *Table.
   Lowerer(const GuardSet &S, const BoundGuardSet *BS, llvm::Module &M,
+          LoweringOptions Options = {},
           std::vector<TableSlot> *Table = nullptr);
 
   llvm::Expected<llvm::Function *> run(llvm::StringRef Name,
@@ -113,8 +114,11 @@ private:
                                          : Kind + std::to_string(N);
   }
 
-  /// Ends the current block (branching to the new one, or to the current
-  /// failure target when `PendingOk` is false) and starts block `Name`.
+  /// Ends a step: with a pending condition, branches on it to a new block
+  /// `Name` or to the current failure target; without one, the next step
+  /// goes on in the current block (a block per step would only add blocks
+  /// for code generation to lay out and the fast register allocator to
+  /// spill across).
   void beginBlock(const llvm::Twine &Name);
   /// Makes the next beginBlock branch to the failure target unless `Ok`.
   void failUnless(llvm::Value *Ok) {
@@ -154,9 +158,15 @@ private:
   std::pair<llvm::BasicBlock *, llvm::BasicBlock *>
   emitMemoTest(llvm::Value *Slot, llvm::Value *Dict,
                const std::string &Name);
+  /// emitMemoTest's answer as an i1, branch-free (LoweringOptions::Compact).
+  llvm::Value *emitMemoHit(llvm::Value *Slot, llvm::Value *Dict,
+                           const std::string &Name);
+  /// `Fill` is the miss helper, `Whole` the helper that makes the whole
+  /// read (LoweringOptions::CallMemo).
   llvm::Value *emitMemoRead(ValueId Id, llvm::Value *Dict,
-                            llvm::StringRef Fill, llvm::Type *ArgTy,
-                            llvm::Value *Arg, const std::string &Name);
+                            llvm::StringRef Fill, llvm::StringRef Whole,
+                            llvm::Type *ArgTy, llvm::Value *Arg,
+                            const std::string &Name);
   void emitRelease(llvm::Value *Obj);
 
   // --- Guards. emitGuard (Lowering.cpp) starts the guard's block and
@@ -191,6 +201,9 @@ private:
   std::vector<TableSlot> *Table;
   llvm::DenseMap<uint64_t, unsigned> SlotOf;
   const GuardSet &S;
+  /// LoweringOptions::Compact (implied by CallMemo) and CallMemo.
+  bool Compact;
+  bool CallMemo;
   llvm::Module &M;
   llvm::LLVMContext &Ctx;
   llvm::IRBuilder<> B;

@@ -54,8 +54,9 @@ static_assert(sizeof(DictReadCache) == 24 &&
               "DictReadCache is lowered as {ptr, i64, ptr}");
 
 Lowerer::Lowerer(const GuardSet &S, const BoundGuardSet *BS, Module &M,
-                 std::vector<TableSlot> *Table)
-    : BS(BS), Table(Table), S(S), M(M), Ctx(M.getContext()), B(Ctx),
+                 LoweringOptions Options, std::vector<TableSlot> *Table)
+    : BS(BS), Table(Table), S(S), Compact(Options.Compact || Options.CallMemo),
+      CallMemo(Options.CallMemo), M(M), Ctx(M.getContext()), B(Ctx),
       PtrTy(PointerType::getUnqual(Ctx)), I32(Type::getInt32Ty(Ctx)),
       I64(Type::getInt64Ty(Ctx)),
       Likely(MDBuilder(Ctx).createLikelyBranchWeights()) {}
@@ -197,11 +198,10 @@ Constant *Lowerer::absoluteSymbol(const Twine &Name) {
 }
 
 void Lowerer::beginBlock(const Twine &Name) {
+  if (!PendingOk)
+    return;
   BasicBlock *BB = BasicBlock::Create(Ctx, Name, F);
-  if (PendingOk)
-    B.CreateCondBr(PendingOk, BB, FailTarget, Likely);
-  else
-    B.CreateBr(BB);
+  B.CreateCondBr(PendingOk, BB, FailTarget, Likely);
   PendingOk = nullptr;
   B.SetInsertPoint(BB);
 }
@@ -334,27 +334,30 @@ Expected<Function *> Lowerer::run(StringRef Name, LoweringStats &Stats) {
 }
 
 Expected<Function *> lowerGuardSet(const BoundGuardSet &Set, Module &M,
-                                   StringRef Name, LoweringStats *Stats) {
+                                   StringRef Name, LoweringStats *Stats,
+                                   LoweringOptions Options) {
   LoweringStats Local;
-  Lowerer L(Set.set(), &Set, M);
+  Lowerer L(Set.set(), &Set, M, Options);
   return L.run(Name, Stats ? *Stats : Local);
 }
 
 Expected<Function *> lowerGuardSetSymbolic(const GuardSet &Set, Module &M,
                                            StringRef Name,
-                                           LoweringStats *Stats) {
+                                           LoweringStats *Stats,
+                                           LoweringOptions Options) {
   LoweringStats Local;
-  Lowerer L(Set, nullptr, M);
+  Lowerer L(Set, nullptr, M, Options);
   return L.run(Name, Stats ? *Stats : Local);
 }
 
 Expected<Function *> lowerGuardSetRelocatable(const GuardSet &Set, Module &M,
                                               StringRef Name,
                                               std::vector<TableSlot> &Table,
-                                              LoweringStats *Stats) {
+                                              LoweringStats *Stats,
+                                              LoweringOptions Options) {
   LoweringStats Local;
   Table.clear();
-  Lowerer L(Set, nullptr, M, &Table);
+  Lowerer L(Set, nullptr, M, Options, &Table);
   return L.run(Name, Stats ? *Stats : Local);
 }
 
@@ -367,28 +370,36 @@ void prepareRelocatableForFastISel(Module &M) {
   for (GlobalVariable &GV : M.globals())
     if (IsAddressSymbol(&GV))
       GV.setCodeModel(CodeModel::Small);
+  // Every use, not only loads and stores: the compact lowering also passes
+  // slots to helper calls and selects between a slot and an object's field
+  // (emitMemoHit), and a symbol's address taken RIP-relative would not
+  // reach an absolute address (a Delta32 fixup out of range). A PHI's
+  // incoming constant is frozen at the end of its incoming block.
   for (Function &F : M)
     for (BasicBlock &BB : F)
       for (Instruction &I : BB) {
-        unsigned Op;
-        if (isa<LoadInst>(I))
-          Op = LoadInst::getPointerOperandIndex();
-        else if (isa<StoreInst>(I))
-          Op = StoreInst::getPointerOperandIndex();
-        else
+        if (isa<FreezeInst>(I) || isa<GetElementPtrInst>(I))
           continue;
-        auto *C = dyn_cast<Constant>(I.getOperand(Op));
-        if (!C)
-          continue;
-        APInt Offset(DL.getIndexTypeSizeInBits(C->getType()), 0);
-        const llvm::Value *Base = C->stripAndAccumulateConstantOffsets(
-            DL, Offset, /*AllowNonInbounds=*/true);
-        if (!IsAddressSymbol(Base))
-          continue;
-        IRBuilder<> B(&I);
-        llvm::Value *Frozen = B.CreateFreeze(const_cast<llvm::Value *>(Base));
-        I.setOperand(Op, B.CreateConstGEP1_64(B.getInt8Ty(), Frozen,
-                                              Offset.getSExtValue()));
+        for (unsigned Op = 0, E = I.getNumOperands(); Op < E; ++Op) {
+          auto *C = dyn_cast<Constant>(I.getOperand(Op));
+          if (!C || isa<Function>(C) || !C->getType()->isPointerTy())
+            continue;
+          APInt Offset(DL.getIndexTypeSizeInBits(C->getType()), 0);
+          const llvm::Value *Base = C->stripAndAccumulateConstantOffsets(
+              DL, Offset, /*AllowNonInbounds=*/true);
+          if (!IsAddressSymbol(Base))
+            continue;
+          Instruction *At = &I;
+          if (auto *Phi = dyn_cast<PHINode>(&I))
+            At = Phi->getIncomingBlock(Op)->getTerminator();
+          IRBuilder<> B(At);
+          llvm::Value *Frozen =
+              B.CreateFreeze(const_cast<llvm::Value *>(Base));
+          I.setOperand(Op, Offset.isZero()
+                               ? Frozen
+                               : B.CreateConstGEP1_64(B.getInt8Ty(), Frozen,
+                                                      Offset.getSExtValue()));
+        }
       }
 }
 
@@ -457,6 +468,10 @@ ArrayRef<RuntimeSymbol> runtimeSymbols() {
       GJ_SYM(gj_rt_dict_key_fill),
       GJ_SYM(gj_rt_dict_value_fill),
       GJ_SYM(gj_rt_dict_contains_fill),
+      GJ_SYM(gj_rt_dict_contains_cached),
+      GJ_SYM(gj_rt_dict_key_cached),
+      GJ_SYM(gj_rt_dict_value_cached),
+      GJ_SYM(gj_rt_getattr_cached),
       GJ_SYM(gj_rt_closure),
       GJ_SYM(gj_rt_func_defaults),
       GJ_SYM(gj_rt_func_kwdefaults),

@@ -117,17 +117,35 @@ extern "C" PyObject *gj_rt_dict_get_item_fill(PyObject *Dict, PyObject *Key,
   return X;
 }
 
+/// The hit test the lowering inlines (or calls a *_cached helper for, with
+/// LoweringOptions::CallMemo): same address, still an exact dict (so the
+/// tag is a tag), same version.
+static inline bool memoHit(PyObject *Dict, const DictReadCache *Cache) {
+  return Dict == Cache->Dict && Py_TYPE(Dict) == &PyDict_Type &&
+         reinterpret_cast<PyDictObject *>(Dict)->ma_version_tag == Cache->Tag;
+}
+
 extern "C" PyObject *gj_rt_dict_get_item_cached(PyObject *Dict, PyObject *Key,
                                                 DictReadCache *Cache) {
-  // The hit test the lowering inlines: same address, still an exact dict
-  // (so the tag is a tag), same version.
-  if (Dict == Cache->Dict && Py_TYPE(Dict) == &PyDict_Type &&
-      reinterpret_cast<PyDictObject *>(Dict)->ma_version_tag == Cache->Tag)
+  if (memoHit(Dict, Cache))
     return Cache->Value;
   return gj_rt_dict_get_item_fill(Dict, Key, Cache);
 }
 
 extern "C" PyObject *gj_rt_generic_dict(PyObject *Obj) {
+  // The common case first, as the inline lowering tests it: a managed dict
+  // whose inline values were already turned into a dict that exists.
+  // PyObject_GenericGetDict then returns exactly that pointer with no side
+  // effect.
+  if (Py_TYPE(Obj)->tp_flags & abi::ManagedDictFlag) {
+    auto *Base = reinterpret_cast<char *>(Obj);
+    PyObject *Values =
+        *reinterpret_cast<PyObject **>(Base + abi::ManagedValuesOffset);
+    PyObject *Dict =
+        *reinterpret_cast<PyObject **>(Base + abi::ManagedDictOffset);
+    if (!Values && Dict)
+      return Dict;
+  }
   // GetGenericDictGuardAccessor: PyObject_GenericGetDict materializes a
   // managed (3.11 values-layout) dict and stores it in the object, exactly as
   // Dynamo's read does. The object now owns the dict, so dropping our
@@ -184,6 +202,21 @@ extern "C" PyObject *gj_rt_module_getattr_fill(PyObject *Module,
     }
   }
   return gj_rt_getattr(Module, Name);
+}
+
+extern "C" PyObject *gj_rt_getattr_cached(PyObject *Obj, PyObject *Name,
+                                          DictReadCache *Cache) {
+  if (Py_TYPE(Obj) == &PyModule_Type) {
+    PyObject *Dict = *reinterpret_cast<PyObject **>(
+        reinterpret_cast<char *>(Obj) + abi::ModuleDictOffset);
+    // An empty slot holds NULL: a NULL md_dict must not reach the memo test.
+    if (Dict) {
+      if (memoHit(Dict, Cache))
+        return Py_NewRef(Cache->Value);
+      return gj_rt_module_getattr_fill(Obj, Name, Cache);
+    }
+  }
+  return gj_rt_getattr(Obj, Name);
 }
 
 extern "C" PyObject *gj_rt_generic_getattr(PyObject *Obj, PyObject *Name) {
@@ -291,6 +324,20 @@ extern "C" PyObject *gj_rt_dict_value_fill(PyObject *Dict, Py_ssize_t Index,
     fillMemo(Cache, Dict,
              reinterpret_cast<PyDictObject *>(Dict)->ma_version_tag, V);
   return V;
+}
+
+extern "C" PyObject *gj_rt_dict_key_cached(PyObject *Dict, Py_ssize_t Index,
+                                           DictReadCache *Cache) {
+  if (memoHit(Dict, Cache))
+    return Cache->Value;
+  return gj_rt_dict_key_fill(Dict, Index, Cache);
+}
+
+extern "C" PyObject *gj_rt_dict_value_cached(PyObject *Dict, Py_ssize_t Index,
+                                             DictReadCache *Cache) {
+  if (memoHit(Dict, Cache))
+    return Cache->Value;
+  return gj_rt_dict_value_fill(Dict, Index, Cache);
 }
 
 /// The function object behind `Fn`, as the Code/Closure/FuncDefaults
@@ -409,7 +456,11 @@ extern "C" int gj_rt_equals_match(PyObject *Value, PyObject *Constant) {
 
 extern "C" int gj_rt_length_check(PyObject *Value, Py_ssize_t Length) {
   // LENGTH_CHECK: PySequence_Length(value) == n. Dynamo leaves the error of a
-  // non-sequence (e.g. a dict) set; -1 never equals a recorded length.
+  // non-sequence (e.g. a dict) set; -1 never equals a recorded length. An
+  // exact tuple's or list's sq_length is its ob_size (a subclass may define
+  // __len__).
+  if (PyTuple_CheckExact(Value) || PyList_CheckExact(Value))
+    return Py_SIZE(Value) == Length;
   Py_ssize_t N = PySequence_Length(Value);
   if (N < 0)
     PyErr_Clear();
@@ -449,6 +500,13 @@ extern "C" int gj_rt_dict_contains_fill(PyObject *Dict, PyObject *Key,
   if (Pass && pureStrProbe(D, Tag))
     fillMemo(Cache, Dict, Tag, Dict);
   return Pass;
+}
+
+extern "C" int gj_rt_dict_contains_cached(PyObject *Dict, PyObject *Key,
+                                          int Expected, DictReadCache *Cache) {
+  if (memoHit(Dict, Cache))
+    return 1;
+  return gj_rt_dict_contains_fill(Dict, Key, Expected, Cache);
 }
 
 extern "C" int gj_rt_no_hasattr(PyObject *Value, PyObject *Name) {

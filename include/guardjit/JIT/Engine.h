@@ -17,14 +17,19 @@
 // compiled function needs the GIL. The BoundGuardSet must outlive the
 // compiled function (its addresses are in the code).
 //
-// Code levels (compile ms per 100 guards measured on a 2 vCPU EPYC, noisy):
-//   O0    IR as lowered; codegen CodeGenOptLevel::None with FastISel (~2-3).
-//   Light early-cse + simplifycfg; codegen as O0 (~3-5).
-//   O1    Light's IR passes; codegen CodeGenOptLevel::Less with FastISel,
-//         i.e. the greedy register allocator (~35-150, growing with the
-//         size of the function): the background tier (TierUp.h).
-//   O2    the PassBuilder O2 pipeline; codegen CodeGenOptLevel::Default
-//         (~40-50).
+// Code levels (compile ms per 100 guards, thread CPU time on a 2 vCPU EPYC
+// shared with other jobs, noisy; docs/performance.md "Compile latency"):
+//   O0    compact lowering with the memo tests as calls
+//         (LoweringOptions::CallMemo); no IR pass; codegen
+//         CodeGenOptLevel::None with FastISel (~5).
+//   Light compact lowering with the memo hits inline
+//         (LoweringOptions::Compact); early-cse; codegen as O0 (~6-10).
+//   O1    the full inline lowering, early-cse + simplifycfg; codegen
+//         CodeGenOptLevel::Less with FastISel, i.e. the greedy register
+//         allocator (~60-250, growing with the size of the function): the
+//         background tier (TierUp.h).
+//   O2    the full inline lowering, the PassBuilder O2 pipeline; codegen
+//         CodeGenOptLevel::Default (~150-450).
 //
 //===----------------------------------------------------------------------===//
 #ifndef GUARDJIT_JIT_ENGINE_H
@@ -81,6 +86,12 @@ struct CompileStats {
   double LowerMs = 0;   ///< Guard IR -> LLVM IR, incl. verification (ms)
   double CompileMs = 0; ///< LLVM IR -> machine code, incl. IR passes,
                         ///< linking and lookup (ms)
+  /// The parts of CompileMs (ms): this level's IR passes, code generation
+  /// (instruction selection to object file), and the rest (adding the
+  /// module, JITLink, the symbol lookup).
+  double OptimizeMs = 0;
+  double CodegenMs = 0;
+  double LinkMs = 0;
   size_t NumGuards = 0;
   size_t NumInlined = 0;  ///< guards emitted as inline loads/compares
   size_t NumHelpers = 0;  ///< guards emitted as runtime helper calls
@@ -90,6 +101,14 @@ struct CompileStats {
   /// Time spent in the object cache (ms): on a hit the whole compile (key,
   /// read, link, bind); on a miss the key, the failed lookup and the store.
   double CacheMs = 0;
+  /// LLVM IR as lowered, before this level's passes.
+  size_t NumIRInstructions = 0;
+  size_t NumIRBlocks = 0;
+  /// Machine code: the size of the text sections of the emitted object
+  /// (bytes), and of the whole relocatable object (headers, relocations,
+  /// symbols included).
+  size_t CodeBytes = 0;
+  size_t ObjectBytes = 0;
 };
 
 /// A compiled check function; frees its code when destroyed.

@@ -12,11 +12,14 @@
 // identity fast path of EQUALS_MATCH, type(), tuple/list item reads, an
 // already materialized managed __dict__) are inlined with the layouts of
 // Runtime/CPythonABI.h; the OBJECT_ALIASING guards of a set are fused into one
-// block of pointer compares after the value reads. Dict reads (frame_local, dict_get_item, dict_key,
-// dict_value) and DICT_CONTAINS test their DictReadCache slot inline (the
-// PEP 509 memo; slots are owned by the BoundGuardSet) and call a fill helper
-// on a miss. Everything else calls the gj_rt_* helpers of
-// Runtime/RuntimeHelpers.h by name.
+// block of pointer compares after the value reads. Dict reads (frame_local,
+// dict_get_item, dict_key, dict_value) and DICT_CONTAINS test their
+// DictReadCache slot inline (the PEP 509 memo; slots are owned by the
+// BoundGuardSet) and call a fill helper on a miss. Everything else calls the
+// gj_rt_* helpers of Runtime/RuntimeHelpers.h by name. With
+// LoweringOptions::Compact the memo tests are branch-free and the module
+// attribute, __dict__ and LENGTH_CHECK fast paths are helper calls (the
+// helpers make the same tests ahead of time): about a third of the IR.
 //
 //===----------------------------------------------------------------------===//
 #ifndef GUARDJIT_JIT_LOWERING_H
@@ -52,15 +55,32 @@ struct LoweringStats {
   size_t NumInlineReads = 0;
 };
 
+/// How the lowering spends code on the steps that have an inline form.
+struct LoweringOptions {
+  /// Less IR for the first tier, whose compile latency is what a new set
+  /// waits for: the memo hit test of dict reads and DICT_CONTAINS as one
+  /// branch-free block (three blocks per read instead of six), and one
+  /// runtime helper call for a module attribute read
+  /// (gj_rt_getattr_cached), a generic __dict__ read and LENGTH_CHECK,
+  /// whose helpers make the inline form's tests ahead of time. Blocks and
+  /// instructions per guard drop about 3x. The hot checks (TYPE_MATCH,
+  /// ID_MATCH, None/True/False, type(), tuple/list items, EQUALS_MATCH's
+  /// identity, memo hits, fused aliasing) stay inline either way.
+  bool Compact = false;
+  /// Compact, and the memo tests too are calls (gj_rt_*_cached): about half
+  /// of Compact's IR and machine code again, for one call (a few ns) per
+  /// memoized read that hits.
+  bool CallMemo = false;
+};
+
 /// Adds the check function of `Set` to `M` under the symbol `Name`. `M` must
 /// already carry the target's data layout. Reads only the IR and the bound
 /// addresses of `Set` (no Python call, no GIL needed). Fails, leaving `M`
 /// unchanged except for helper declarations, when the IR is malformed (an
 /// operand or object id out of range, a leaf guard without operand).
-llvm::Expected<llvm::Function *> lowerGuardSet(const BoundGuardSet &Set,
-                                               llvm::Module &M,
-                                               llvm::StringRef Name,
-                                               LoweringStats *Stats = nullptr);
+llvm::Expected<llvm::Function *>
+lowerGuardSet(const BoundGuardSet &Set, llvm::Module &M, llvm::StringRef Name,
+              LoweringStats *Stats = nullptr, LoweringOptions Options = {});
 
 /// Lowers `Set` without live objects, for reading the code of parsed IR
 /// (`guard-ir-opt --emit=llvm|asm`). Where lowerGuardSet bakes in addresses,
@@ -71,7 +91,8 @@ llvm::Expected<llvm::Function *> lowerGuardSet(const BoundGuardSet &Set,
 /// not meant to be linked or run.
 llvm::Expected<llvm::Function *>
 lowerGuardSetSymbolic(const GuardSet &Set, llvm::Module &M,
-                      llvm::StringRef Name, LoweringStats *Stats = nullptr);
+                      llvm::StringRef Name, LoweringStats *Stats = nullptr,
+                      LoweringOptions Options = {});
 
 /// One slot of the address table of relocatable code: which address of a
 /// BoundGuardSet it holds. The layout is a pure function of the IR, so the
@@ -101,7 +122,8 @@ struct TableSlot {
 llvm::Expected<llvm::Function *>
 lowerGuardSetRelocatable(const GuardSet &Set, llvm::Module &M,
                          llvm::StringRef Name, std::vector<TableSlot> &Table,
-                         LoweringStats *Stats = nullptr);
+                         LoweringStats *Stats = nullptr,
+                         LoweringOptions Options = {});
 constexpr const char RelocatableAddressPrefix[] = "gj.a.";
 
 /// Prepares relocatable code for FastISel (the O0 and Light code levels),

@@ -102,6 +102,18 @@ PyObject *gj_rt_dict_key_fill(PyObject *Dict, Py_ssize_t Index,
                               guardjit::DictReadCache *Cache);
 PyObject *gj_rt_dict_value_fill(PyObject *Dict, Py_ssize_t Index,
                                 guardjit::DictReadCache *Cache);
+/// The memoized DictKey / DictValue reads whole: the hit test of
+/// gj_rt_dict_get_item_cached, else the fill helper.
+PyObject *gj_rt_dict_key_cached(PyObject *Dict, Py_ssize_t Index,
+                                guardjit::DictReadCache *Cache);
+PyObject *gj_rt_dict_value_cached(PyObject *Dict, Py_ssize_t Index,
+                                  guardjit::DictReadCache *Cache);
+/// GetAttrGuardAccessor whole, as the inline lowering reads it: on an exact
+/// module with a __dict__ the memo hit (the value INCREF'd) or
+/// gj_rt_module_getattr_fill; on anything else gj_rt_getattr. A new
+/// reference or NULL.
+PyObject *gj_rt_getattr_cached(PyObject *Obj, PyObject *Name,
+                               guardjit::DictReadCache *Cache); // NEW
 /// ClosureGuardAccessor, FuncDefaultsGuardAccessor,
 /// FuncKwDefaultsGuardAccessor (bound / instance methods unwrapped first).
 PyObject *gj_rt_closure(PyObject *Fn);
@@ -137,6 +149,10 @@ int gj_rt_dict_contains(PyObject *Dict, PyObject *Key, int Expected);
 /// (the miss path; native code tests the hit inline).
 int gj_rt_dict_contains_fill(PyObject *Dict, PyObject *Key, int Expected,
                              guardjit::DictReadCache *Cache);
+/// DICT_CONTAINS whole: a pass on a memo hit, else
+/// gj_rt_dict_contains_fill.
+int gj_rt_dict_contains_cached(PyObject *Dict, PyObject *Key, int Expected,
+                               guardjit::DictReadCache *Cache);
 int gj_rt_no_hasattr(PyObject *Value, PyObject *Name);
 int gj_rt_float_is_nan(PyObject *Value);
 int gj_rt_complex_is_nan(PyObject *Value);
