@@ -25,8 +25,9 @@ def main(argv: list[str] | None = None) -> int:
                       help="torch.compile backend (default: eager; guards are the same)")
     demo.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     demo.add_argument("--rounds", type=int, default=31, help="timing rounds (default: 31)")
-    demo.add_argument("--opt-level", choices=("O0", "light", "O2"), default="light",
-                      help="LLVM optimization level of the native checks (default: light)")
+    demo.add_argument("--opt-level", choices=("O0", "light", "O1", "O2"), default="O0",
+                      help="level of the first native code, before the background tier-up "
+                           "to O1 (default: O0)")
 
     bench = sub.add_parser(
         "bench", help="benchmark guardjit against Dynamo on a corpus of real models",

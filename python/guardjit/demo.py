@@ -57,7 +57,7 @@ def _frame_locals_for(unit: plugin.Unit, args: tuple) -> dict:
 
 
 def run_model(case: models.ModelCase, backend: str = "eager", rounds: int = 31,
-              opt_level: str = "light") -> ModelResult:
+              opt_level: str = "O0") -> ModelResult:
     torch._dynamo.reset()
     plugin.clear_units()
     plugin.config.keep_units = True

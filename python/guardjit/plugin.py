@@ -84,7 +84,10 @@ class Unit:
 @dataclasses.dataclass
 class Config:
     mode: str = os.environ.get("GUARDJIT_MODE", "native")  # native | interpreter
-    opt_level: str = os.environ.get("GUARDJIT_OPT", "light")  # O0 | light | O1 | O2
+    # The first native code's level (O0 | light | O1 | O2): O0 compiles
+    # fastest (docs/performance.md "Compile latency (issue 15)"), and the
+    # tier-up replaces it. GUARDJIT_OPT sets it for the process.
+    opt_level: str = os.environ.get("GUARDJIT_OPT", "O0")
     # The level a native check is recompiled at on guardjit's background
     # thread (docs/performance.md "Tiered compilation"); "off" keeps the
     # opt_level code. GUARDJIT_TIER_UP sets it for the process.

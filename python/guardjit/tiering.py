@@ -1,7 +1,7 @@
 """The background tier: native checks compiled off the calling thread.
 
 A compile unit's check first runs guardjit's interpreter (``start``): its
-native code is compiled at ``plugin.config.opt_level`` on one background
+native code is compiled at ``plugin.config.opt_level`` (``O0``) on one background
 thread and swapped in atomically, then recompiled at the tier-up level
 (``O1``: the greedy register allocator) the same way; no call ever waits for
 LLVM (``python/src/TierUp.h`` gives the thread, GIL and lifetime rules). The

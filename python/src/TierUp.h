@@ -2,8 +2,9 @@
 //
 // A compile unit first runs guardjit's interpreter (CheckTarget::Fn null).
 // TierUp compiles its bound set on one background thread at the first level
-// (`light`: fast to compile, slow code: LLVM's O0 register allocator spills
-// every value live across a block), swaps the function into the unit's
+// (plugin.config.opt_level, `O0`: fastest to compile, slow code: LLVM's fast
+// register allocator spills every value live across a block, and memo tests
+// are helper calls), swaps the function into the unit's
 // CheckTarget atomically, then queues a recompile at OptLevel::O1 and swaps
 // again; no call waits for LLVM. (With plugin.config.first_tier = "sync" the
 // first code is compiled on Dynamo's compile thread and only O1 is queued.)

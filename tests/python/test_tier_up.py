@@ -99,18 +99,18 @@ def test_compiled_unit_tiers_up_to_O1_and_stats_say_so(installed):
     assert torch.equal(opt(x), model(x))
 
 
-def test_tier_up_off_keeps_the_light_code(installed, monkeypatch):
+def test_tier_up_off_keeps_the_first_code(installed, monkeypatch):
     monkeypatch.setattr(plugin.config, "tier_up", "off")
     _opt, _cap, unit = _compiled_unit(Block(1), torch.randn(2, 8))
     plugin.wait_for_tier_up(60)
-    assert tiering.level_of(unit.check) == "light"
+    assert tiering.level_of(unit.check) == plugin.config.opt_level
     assert not plugin.tier_up(unit.check)
 
 
 def test_no_call_waits_for_llvm(installed):
     """The default first tier: the unit is installed running the interpreter
     and no LLVM compile ran on the calling thread (compile_ms 0); the code
-    arrives from the background thread, light first, then O1, and every call
+    arrives from the background thread, O0 first, then O1, and every call
     meanwhile answers as Dynamo's root."""
     assert plugin.config.first_tier == "background"
     st0 = _core.tier_up_stats()
@@ -127,16 +127,16 @@ def test_no_call_waits_for_llvm(installed):
     assert cap.final_root.check(cap.f_locals) is True
     assert torch.equal(opt(x), model(x))
     st = _core.tier_up_stats()
-    assert st["installed"] - st0["installed"] >= 2  # light, then O1
+    assert st["installed"] - st0["installed"] >= 2  # O0, then O1
     assert st["distrusted"] == st0["distrusted"]
-    assert seen[0] in (None, "light", "O1")
+    assert seen[0] in (None, plugin.config.opt_level, "O1")
 
 
 def test_sync_first_tier_compiles_on_the_calling_thread(installed, monkeypatch):
     monkeypatch.setattr(plugin.config, "first_tier", "sync")
     _opt, _cap, unit = _compiled_unit(Block(2), torch.randn(2, 8))
     assert unit.native is not None and unit.compile_ms > 0
-    assert tiering.level_of(unit.check) in ("light", "O1")
+    assert tiering.level_of(unit.check) in (plugin.config.opt_level, "O1")
     assert plugin.wait_for_tier_up(60) and tiering.level_of(unit.check) == "O1"
 
 
@@ -170,7 +170,7 @@ def test_a_bad_level_keeps_the_first_code_and_warns(installed, monkeypatch, capl
     finally:
         log.removeHandler(caplog.handler)
     assert plugin.wait_for_tier_up(60)
-    assert unit.status == "native" and tiering.level_of(unit.check) == "light"
+    assert unit.status == "native" and tiering.level_of(unit.check) == plugin.config.opt_level
     assert any("background tier" in r.getMessage() for r in caplog.records)
     assert torch.equal(opt(x), model(x))
 

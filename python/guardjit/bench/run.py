@@ -99,7 +99,7 @@ class Settings:
     call_rounds: int = 9  # end-to-end rounds
     option_rounds: int = 11
     e2e_backend: str = "eager"
-    opt_level: str = "light"
+    opt_level: str = "O0"  # plugin.Config's default
     quick: bool = False
     # Only the default-options check, lookup, end to end and UNSAFE (no other
     # option, no passes): for before/after pairs run alternately.
