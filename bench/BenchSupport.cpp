@@ -1,11 +1,17 @@
 //===- BenchSupport.cpp - Shared pieces of the micro-benchmarks -----------===//
 #include "BenchSupport.h"
 
+#include "guardjit/IR/Parser.h"
 #include "guardjit/JIT/ObjectCache.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
 
 #include "benchmark/benchmark.h"
 #include "llvm/Support/Error.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -209,6 +215,80 @@ void registerCase(const std::string &Name, SetBuilder &SB,
                                        P->Floor(P->FrameLocals));
                                  setCounters(St, P->Guards);
                                });
+}
+
+#ifndef GUARDJIT_SOURCE_DIR
+#define GUARDJIT_SOURCE_DIR "."
+#endif
+
+std::vector<CorpusSet> corpusSets() {
+  std::vector<CorpusSet> Out;
+  std::string Dir = GUARDJIT_SOURCE_DIR "/tests/corpus";
+  if (const char *E = std::getenv("GUARDJIT_CORPUS_DIR"))
+    Dir = E;
+  PyObject *Tensor = eval("torch.Tensor");
+  PyObject *Param = eval("torch.nn.Parameter");
+  std::error_code EC;
+  std::vector<std::string> Files;
+  for (llvm::sys::fs::directory_iterator It(Dir, EC), End; It != End && !EC;
+       It.increment(EC))
+    if (llvm::StringRef(It->path()).ends_with(".gir"))
+      Files.push_back(It->path());
+  std::sort(Files.begin(), Files.end());
+  for (const std::string &File : Files) {
+    auto Buf = llvm::MemoryBuffer::getFile(File);
+    if (!Buf)
+      continue;
+    auto Sets = parseGirString((*Buf)->getBuffer(), File);
+    if (!Sets) {
+      std::fprintf(stderr, "%s: %s\n", File.c_str(),
+                   toString(Sets.takeError()).c_str());
+      continue;
+    }
+    int N = 0;
+    for (GuardSet &S : *Sets) {
+      auto Shared = std::make_shared<GuardSet>(std::move(S));
+      for (ObjectEntry &O : Shared->objects()) {
+        PyObject *Stand;
+        if (O.Kind == ObjectKind::Type)
+          Stand = O.Repr.find("Parameter") != std::string::npos ? Param
+                  : O.Repr.find("Tensor") != std::string::npos  ? Tensor
+                                                                 : eval("int");
+        else if (O.Kind == ObjectKind::Dict)
+          Stand = PyDict_New();
+        else if (O.Kind == ObjectKind::Key)
+          // Attribute names must be str; the repr is the quoted name.
+          Stand = PyUnicode_FromString(
+              llvm::StringRef(O.Repr).trim("'\"").str().c_str());
+        else
+          Stand = eval("object()");
+        O.Address = reinterpret_cast<uintptr_t>(Stand); // kept for good
+      }
+      // Objects whose binding checks their shape.
+      for (const Guard &G : Shared->guards()) {
+        auto Set = [&](ObjectId Id, const char *Expr) {
+          if (Id < Shared->objects().size())
+            Shared->objects()[Id].Address =
+                reinterpret_cast<uintptr_t>(eval(Expr));
+        };
+        if (G.Kind == GuardKind::DimensionMarking)
+          Set(G.Object, "({}, (), {})");
+        else if (G.Kind == GuardKind::TorchFunctionModeStack)
+          Set(G.Object, "()");
+        else if (G.Kind == GuardKind::DefaultDevice)
+          Set(G.Aux, "{}");
+        else if (G.Kind == GuardKind::ShapeExpr ||
+                 G.Kind == GuardKind::Lambda ||
+                 G.Kind == GuardKind::EpilogueLambda)
+          Set(G.Object, "lambda *a: True");
+      }
+      std::string Name = llvm::sys::path::stem(File).str() +
+                         (N ? "." + std::to_string(N) : "");
+      ++N;
+      Out.push_back({std::move(Name), std::move(Shared)});
+    }
+  }
+  return Out;
 }
 
 } // namespace guardjit::bench

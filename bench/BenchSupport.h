@@ -94,6 +94,19 @@ void registerLeafGuardBenchmarks();
 void registerAccessorBenchmarks();
 void registerTensorBenchmarks();
 void registerObjectCacheBenchmarks();
+/// EvictionBench.cpp: resident memory over compile/evict cycles.
+void registerEvictionBenchmarks();
+
+/// A corpus set (tests/corpus/*.gir, or GUARDJIT_CORPUS_DIR) whose object
+/// table is bound to stand-ins of each entry's kind (types, str keys, dicts,
+/// callables where a guard calls one): enough to bind and compile it, and
+/// to run code that is never called; the key and the code depend only on
+/// the structure. Stand-ins live for the process.
+struct CorpusSet {
+  std::string Name; ///< file stem, ".N" for the N-th set of a file
+  std::shared_ptr<GuardSet> Set;
+};
+std::vector<CorpusSet> corpusSets();
 /// CompileBench.cpp: compile latency of the corpus and synthetic sets.
 void registerCompileBenchmarks();
 
