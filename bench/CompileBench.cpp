@@ -264,20 +264,6 @@ GuardJIT &engineAt(OptLevel L) {
   return *E;
 }
 
-const char *levelName(OptLevel L) {
-  switch (L) {
-  case OptLevel::O0:
-    return "O0";
-  case OptLevel::Light:
-    return "light";
-  case OptLevel::O1:
-    return "O1";
-  case OptLevel::O2:
-    return "O2";
-  }
-  return "?";
-}
-
 /// CPU time of the calling thread (ms): compile() runs entirely on it (ORC
 /// materializes on the looking-up thread), so on a shared machine this is
 /// the work, where wall time also counts the other processes' share.
@@ -351,7 +337,7 @@ void addCase(const std::string &Name, std::shared_ptr<GuardSet> Set) {
   for (OptLevel L :
        {OptLevel::O0, OptLevel::Light, OptLevel::O1, OptLevel::O2})
     benchmark::RegisterBenchmark(
-        ("compile/" + Name + "/" + levelName(L)).c_str(),
+        ("compile/" + Name + "/" + optLevelName(L)).c_str(),
         [P, L](benchmark::State &St) { runCompile(St, P, L); })
         ->Unit(benchmark::kMillisecond)
         ->MinTime(0.2);

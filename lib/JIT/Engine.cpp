@@ -178,6 +178,20 @@ struct GuardJIT::Lowered {
   std::vector<TableSlot> Table;
 };
 
+const char *optLevelName(OptLevel L) {
+  switch (L) {
+  case OptLevel::O0:
+    return "O0";
+  case OptLevel::Light:
+    return "light";
+  case OptLevel::O1:
+    return "O1";
+  case OptLevel::O2:
+    return "O2";
+  }
+  return "?";
+}
+
 CompiledCheck::~CompiledCheck() {
   if (!Dylib)
     return;

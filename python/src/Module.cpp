@@ -119,20 +119,6 @@ GuardJIT *existingEngine(OptLevel Level) {
   return Engines[static_cast<int>(Level)];
 }
 
-const char *optLevelName(OptLevel L) {
-  switch (L) {
-  case OptLevel::O0:
-    return "O0";
-  case OptLevel::Light:
-    return "light";
-  case OptLevel::O1:
-    return "O1";
-  case OptLevel::O2:
-    return "O2";
-  }
-  return "?";
-}
-
 /// The target of a callable made by make_guard; TypeError for anything else.
 std::shared_ptr<CheckTarget> targetOf(py::handle Fn) {
   std::shared_ptr<CheckTarget> T = nativeGuardTarget(Fn.ptr());

@@ -22,15 +22,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-const char *levelName(OptLevel L) {
-  switch (L) {
-  case OptLevel::O0: return "O0";
-  case OptLevel::Light: return "light";
-  case OptLevel::O1: return "O1";
-  case OptLevel::O2: return "O2";
-  }
-  return "?";
-}
+
 
 /// Everything the worker shares with the GIL holder. Allocated once per
 /// process (and again in a fork child) and never freed: the pool's thread
@@ -142,7 +134,7 @@ void runJob(std::shared_ptr<CheckTarget> T, GuardJIT *Engine, GuardJIT *Then) {
     logMessage(LogLevel::Debug,
                "guard set " + T->Bound->set().name() + ": " +
                    std::to_string(St.NumGuards) + " guards compiled at " +
-                   levelName(Engine->options().Level) +
+                   optLevelName(Engine->options().Level) +
                    " in the background (" + std::to_string(St.NumInlined) +
                    " inlined, " + std::to_string(St.NumHelpers) +
                    " helper calls) in " + Ms);

@@ -66,6 +66,10 @@ struct ObjectCacheStats;
 
 enum class OptLevel { O0, Light, O1, O2 };
 
+/// "O0", "light", "O1" or "O2": the spelling of the Python binding,
+/// guard-ir-opt's --opt-level and GUARDJIT_OPT.
+const char *optLevelName(OptLevel L);
+
 struct JITOptions {
   OptLevel Level = OptLevel::Light;
   /// Run the LLVM verifier on every lowered module (about as costly as the
