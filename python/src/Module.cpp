@@ -484,7 +484,8 @@ PYBIND11_MODULE(_core, M) {
         if (T->Native) {
           T->Fn.store(T->Native->function(), std::memory_order_release);
           T->Level.store(static_cast<int>(T->Native->level()));
-          T->Probation.store(VerifyFirstCall);
+          if (VerifyFirstCall)
+            T->Unverified.store(T->Native->function());
         }
         PyObject *Fn = makeNativeGuard(std::move(T));
         if (!Fn)

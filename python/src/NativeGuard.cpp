@@ -76,8 +76,9 @@ int runFull(CheckTarget &T, PyObject *FrameLocals) {
   CheckFn Fn = T.Fn.load(std::memory_order_acquire);
   if (!Fn)
     return interpret(*T.Bound, FrameLocals);
-  if (T.Probation.load(std::memory_order_relaxed) &&
-      T.Probation.exchange(false))
+  CheckFn Expected = Fn;
+  if (T.Unverified.load(std::memory_order_relaxed) == Fn &&
+      T.Unverified.compare_exchange_strong(Expected, nullptr))
     return runProbation(T, Fn, FrameLocals);
   return Fn(FrameLocals);
 }

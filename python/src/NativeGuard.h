@@ -73,10 +73,12 @@ struct CheckTarget {
   /// Calls of this target running now, on any thread (a guard that calls
   /// Python lets other threads run, and they may call it too). GIL held.
   uint32_t InFlight = 0;
-  /// Set (by the background tier) when new code was installed: its first
-  /// call also runs the interpreter, and a disagreement uninstalls the code
-  /// for good (slower, never wrong; counted in Distrusted). GIL held.
-  std::atomic<bool> Probation{false};
+  /// New code not yet verified (set by the background tier before it
+  /// publishes Fn): the first call that runs exactly this function also
+  /// runs the interpreter, and a disagreement uninstalls the code for good
+  /// (slower, never wrong; counted in Distrusted). A call that still runs
+  /// the code it replaces does not consume it.
+  std::atomic<CheckFn> Unverified{nullptr};
   std::atomic<bool> Distrusted{false};
 
   /// Set once, before the callable exists; null: the full check every call.

@@ -22,8 +22,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-
-
 /// Everything the worker shares with the GIL holder. Allocated once per
 /// process (and again in a fork child) and never freed: the pool's thread
 /// must not be joined by a static destructor after Python finalized.
@@ -144,7 +142,7 @@ void runJob(std::shared_ptr<CheckTarget> T, GuardJIT *Engine, GuardJIT *Then) {
     return finishJob(std::move(T), /*Dropped=*/true, false, Ms, "");
   }
   // The first call of the new code also runs the interpreter (runFull).
-  T->Probation.store(true, std::memory_order_relaxed);
+  T->Unverified.store(New->function(), std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> G(T->CodeLock);
     // The code is complete before its address is published (callCheck

@@ -8,7 +8,7 @@
 // CheckTarget atomically, then queues a recompile at OptLevel::O1 and swaps
 // again; no call waits for LLVM. (With plugin.config.first_tier = "sync" the
 // first code is compiled on Dynamo's compile thread and only O1 is queued.)
-// The first call of each new code also runs the interpreter (Probation in
+// The first call of each new code also runs the interpreter (Unverified in
 // NativeGuard.h); replaced code is freed once no call runs it (Retired).
 //
 // Threads and GIL:

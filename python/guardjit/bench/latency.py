@@ -81,7 +81,7 @@ def measure(name: str, quick: bool = True, repeats: int = 3) -> dict[str, Any]:
         if not units:
             continue
         unit = max(units, key=lambda u: u.guards)
-        native_ms = _wait_level(unit.check, ("light", "O1", "O2"))
+        native_ms = _wait_level(unit.check, ("O0", "light", "O1", "O2"))
         tier_ms = native_ms + _wait_level(unit.check, ("O1", "O2"))
         plugin.wait_for_tier_up()
         st = _core.tier_up_stats()
