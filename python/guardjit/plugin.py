@@ -159,8 +159,14 @@ class GuardJitManagerWrapper(dynamo_guards.GuardManagerWrapper):
     guardjit_borrowed: list | None  # weakrefs to the objects it borrows
     guardjit_name: str  # the compile id
 
+    # torch sets ``cache_entry`` from C++ also inside a ``weakref.finalize``
+    # that a garbage collection runs in the middle of a compiled call; torch
+    # skips its own frames there, but a frame of guardjit would be offered
+    # to Dynamo (a compile, or under skip_guard_eval_unsafe a "Recompilation
+    # triggered" error): so Dynamo never sees this frame (torch._dynamo.disable).
+    @torch._dynamo.disable
     def __setattr__(self, name: str, value: Any) -> None:
-        super().__setattr__(name, value)
+        object.__setattr__(self, name, value)
         if name == "cache_entry":
             if value is not None:
                 self.__dict__["_guardjit_had_entry"] = True
@@ -388,7 +394,7 @@ def _release(wrapper: GuardJitManagerWrapper) -> None:
     d["guardjit_ir"] = None
     d["guardjit_borrowed"] = None
     d.pop("_guardjit_diff", None)
-    _counters["units_released"] += 1
+    _counters["units_released"] = _counters.get("units_released", 0) + 1  # no __missing__ frame
 
 
 def subtree_skip_source() -> str:

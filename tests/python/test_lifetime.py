@@ -89,3 +89,4 @@ def test_guarded_object_collected_frees_its_check(no_unit_records):
     exec("class Three:\n    k = 3\n", ns)
     with torch.no_grad():
         assert torch.equal(opt(ns["Three"]), x * 3)
+
