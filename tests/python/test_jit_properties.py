@@ -936,7 +936,7 @@ def test_answers_stay_right_while_code_is_swapped_in_under_three_threads():
           f"called each level: {dict(levels_seen)}")
 
 
-def test_every_kind_was_decided_both_ways():
+def test_every_kind_was_decided_both_ways(request):
     """Not vacuous: every guard kind passed in some drawn example and was the
     failing guard in another (after the scenarios above, which run first in
     file order), and every accessor kind but the unreachable ones was read.
@@ -944,8 +944,13 @@ def test_every_kind_was_decided_both_ways():
     scenarios = {"test_many_kinds_from_one_dynamo_unit", "test_shape_env_dynamic_unit",
                  "test_torch213_kinds_units", "test_hand_built_function_object_and_lambda_kinds",
                  "test_fake_script_type_match_via_torch_root"}
-    if SCENARIOS_RUN != scenarios:
-        pytest.skip(f"needs every scenario of the file in the session; ran {sorted(SCENARIOS_RUN)}")
+    # Skipped only when a selection (-k, one node id) left scenarios out of
+    # the session: coverage then cannot be judged. Whenever they were all
+    # collected (every full run, CI), each must have run to its end.
+    collected = {item.originalname for item in request.session.items}
+    if not scenarios <= collected:
+        pytest.skip(f"scenarios not selected in this session: {sorted(scenarios - collected)}")
+    assert SCENARIOS_RUN == scenarios, sorted(scenarios - SCENARIOS_RUN)
     print("\nkind                              passed  failed (examples; each at 4 levels)  from")
     for k in ALL_KINDS:
         print(f"{k:34s} {COVERAGE[k]['pass']:6d} {COVERAGE[k]['fail']:7d}"
