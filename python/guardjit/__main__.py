@@ -207,34 +207,33 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bench_memory(args: argparse.Namespace) -> int:
+def _report(text: str, data: dict, json_path: str | None) -> int:
+    """Prints a suite's table and writes its JSON (the memory and latency
+    suites)."""
     import json
 
+    print(text)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(data, f, indent=1)
+        print(f"wrote {json_path}", file=sys.stderr)
+    return 0
+
+
+def _bench_memory(args: argparse.Namespace) -> int:
     from guardjit.bench import memory
 
     units = 200 if args.quick and args.units == 1000 else args.units
     data = memory.run(units=units)
-    print(memory.format_text(data))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(data, f, indent=1)
-        print(f"wrote {args.json}", file=sys.stderr)
-    return 0
+    return _report(memory.format_text(data), data, args.json)
 
 
 def _bench_latency(args: argparse.Namespace) -> int:
-    import json
-
     from guardjit.bench import latency
 
     data = latency.run(args.models, quick=args.quick, repeats=args.repeats or 3,
                        progress=not args.no_progress)
-    print(latency.format_text(data))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(data, f, indent=1)
-        print(f"wrote {args.json}", file=sys.stderr)
-    return 0
+    return _report(latency.format_text(data), data, args.json)
 
 
 def _bench_diffsets(args: argparse.Namespace) -> int:
