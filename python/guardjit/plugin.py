@@ -36,7 +36,7 @@ import os
 import threading
 import time
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch._dynamo.guards as dynamo_guards
@@ -160,11 +160,13 @@ class GuardJitManagerWrapper(dynamo_guards.GuardManagerWrapper):
     guardjit_name: str  # the compile id
 
     # torch sets ``cache_entry`` from C++ also inside a ``weakref.finalize``
-    # that a garbage collection runs in the middle of a compiled call; torch
-    # skips its own frames there, but a frame of guardjit would be offered
-    # to Dynamo (a compile, or under skip_guard_eval_unsafe a "Recompilation
-    # triggered" error): so Dynamo never sees this frame (torch._dynamo.disable).
-    @torch._dynamo.disable
+    # (CheckFunctionManager.invalidate) that may run in the middle of a
+    # compiled call, where Dynamo's eval frame offers every new frame to its
+    # callback; under skip_guard_eval_unsafe a code object Dynamo has not seen
+    # raises "Recompilation triggered" there before any skip rule applies
+    # (torch/csrc/dynamo/eval_frame_cpp.cpp). This frame and _release's are
+    # marked skipped when the module loads (_skip_in_dynamo, below): no
+    # wrapper frame in between, no lookup.
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
         if name == "cache_entry":
@@ -395,6 +397,17 @@ def _release(wrapper: GuardJitManagerWrapper) -> None:
     d["guardjit_borrowed"] = None
     d.pop("_guardjit_diff", None)
     _counters["units_released"] = _counters.get("units_released", 0) + 1  # no __missing__ frame
+
+
+def _skip_in_dynamo(*fns: Callable) -> None:
+    """Dynamo's eval frame runs these functions' frames as they are, also
+    when it meets them first under skip_guard_eval_unsafe (torch's own
+    ``torch._dynamo.eval_frame.skip_code``, as torch does for its wrappers)."""
+    for fn in fns:
+        torch._dynamo.eval_frame.skip_code(fn.__code__)
+
+
+_skip_in_dynamo(GuardJitManagerWrapper.__setattr__, _release)
 
 
 def subtree_skip_source() -> str:
