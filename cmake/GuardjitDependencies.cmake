@@ -5,6 +5,22 @@ find_package(LLVM 19.1 REQUIRED CONFIG HINTS /usr/lib/llvm-19/lib/cmake/llvm)
 message(STATUS "guardjit: LLVM ${LLVM_PACKAGE_VERSION} from ${LLVM_DIR}")
 separate_arguments(GUARDJIT_LLVM_DEFINITIONS NATIVE_COMMAND ${LLVM_DEFINITIONS})
 
+# guardjit_llvm: the LLVM guardjit links. By default Debian's shared
+# libLLVM.so.19.1 (129 MB, every target and component; mapping it and running
+# its static constructors costs ~42 MB of resident memory at import). With
+# GUARDJIT_LLVM_STATIC (the Python wheel, pyproject.toml) only the components
+# guardjit uses, statically, with their symbols hidden in the module
+# (python/CMakeLists.txt): docs/performance.md "Import cost".
+option(GUARDJIT_LLVM_STATIC "Link LLVM's static component libraries instead of libLLVM.so" OFF)
+add_library(guardjit_llvm INTERFACE)
+if(GUARDJIT_LLVM_STATIC)
+  llvm_map_components_to_libnames(_gj_llvm_libs
+    orcjit jitlink passes core object support native nativecodegen)
+  target_link_libraries(guardjit_llvm INTERFACE ${_gj_llvm_libs})
+else()
+  target_link_libraries(guardjit_llvm INTERFACE LLVM)
+endif()
+
 # The pyenv CPython first on PATH, not Debian's python3-dev.
 # Development.Embed only for executables: the GoogleTest binaries and the
 # micro-benchmarks, which embed CPython, and guard-ir-opt, which links
