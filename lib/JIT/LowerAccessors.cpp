@@ -176,9 +176,9 @@ llvm::Value *Lowerer::emitMemoRead(ValueId Id, llvm::Value *Dict,
                                    Type *ArgTy, llvm::Value *Arg,
                                    const std::string &Name) {
   llvm::Value *Slot = valueMemo(Id);
-  if (CallMemo)
-    return B.CreateCall(helper(Whole, PtrTy, {PtrTy, ArgTy, PtrTy}),
-                        {Dict, Arg, Slot}, Name);
+  if (CallMemo) // the key or index is in the slot's ReadDescriptor
+    return B.CreateCall(helper(Whole, PtrTy, {PtrTy, PtrTy}), {Dict, Slot},
+                        Name);
   if (Compact) {
     // The hit test and the slot's value in the current block, one branch
     // to the fill call: three blocks where emitMemoTest makes six.
@@ -226,6 +226,9 @@ llvm::Value *Lowerer::emitMemoRead(ValueId Id, llvm::Value *Dict,
 llvm::Value *Lowerer::emitGetAttr(ValueId Id, llvm::Value *Parent,
                                   const std::string &Name) {
   const guardjit::Value &V = S.value(Id);
+  if (CallMemo) // the name is in the slot's ReadDescriptor
+    return B.CreateCall(helper("gj_rt_getattr_desc", PtrTy, {PtrTy, PtrTy}),
+                        {Parent, valueMemo(Id)}, Name);
   if (Compact) // the same three ways, ahead of time
     return B.CreateCall(
         helper("gj_rt_getattr_cached", PtrTy, {PtrTy, PtrTy, PtrTy}),
@@ -327,7 +330,7 @@ void Lowerer::emitValue(ValueId Id, LoweringStats &Stats) {
   case AccessorKind::DictGetItem:
     assert(accessorUsesDictCache(V.Kind) && !accessorReturnsNewRef(V.Kind));
     Result = emitMemoRead(Id, Parent, "gj_rt_dict_get_item_fill",
-                          "gj_rt_dict_get_item_cached", PtrTy, object(V.Key),
+                          "gj_rt_dict_get_item_desc", PtrTy, object(V.Key),
                           Name);
     break;
   case AccessorKind::GenericDict:
@@ -416,8 +419,8 @@ void Lowerer::emitValue(ValueId Id, LoweringStats &Stats) {
                               ? "gj_rt_dict_key_fill"
                               : "gj_rt_dict_value_fill",
                           V.Kind == AccessorKind::DictKey
-                              ? "gj_rt_dict_key_cached"
-                              : "gj_rt_dict_value_cached",
+                              ? "gj_rt_dict_key_desc"
+                              : "gj_rt_dict_value_desc",
                           I64, ConstantInt::get(I64, V.Index), Name);
     break;
   }

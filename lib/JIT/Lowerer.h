@@ -162,7 +162,8 @@ private:
   llvm::Value *emitMemoHit(llvm::Value *Slot, llvm::Value *Dict,
                            const std::string &Name);
   /// `Fill` is the miss helper, `Whole` the helper that makes the whole
-  /// read (LoweringOptions::CallMemo).
+  /// read through the slot's ReadDescriptor (LoweringOptions::CallMemo;
+  /// `Arg` is then in the descriptor).
   llvm::Value *emitMemoRead(ValueId Id, llvm::Value *Dict,
                             llvm::StringRef Fill, llvm::StringRef Whole,
                             llvm::Type *ArgTy, llvm::Value *Arg,
@@ -215,6 +216,9 @@ private:
   llvm::Value *FrameLocals = nullptr;
   llvm::Value *LocalStatePtr = nullptr;
   std::vector<llvm::Value *> Vals;
+  /// CallMemo: the guards checked inside their operand's descriptor read
+  /// (fusedReadGuards), emitted as nothing.
+  std::vector<bool> Fused;
   /// Where a failure goes now: the cleanup block of the newest new reference.
   llvm::BasicBlock *FailTarget = nullptr;
   /// New references in acquisition order.

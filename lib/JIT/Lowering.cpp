@@ -46,12 +46,15 @@ static_assert(sizeof(LocalState) == 16 && alignof(LocalState) == 8 &&
                   offsetof(LocalState, Excluded) == 8,
               "LocalState is lowered as [2 x i64]");
 
-// The generated code reads DictReadCache slots as {ptr, i64, ptr}.
+// The generated code reads DictReadCache slots as {ptr, i64, ptr}; the
+// first tier passes the address of the ReadDescriptor around one.
 static_assert(sizeof(DictReadCache) == 24 &&
                   offsetof(DictReadCache, Dict) == 0 &&
                   offsetof(DictReadCache, Tag) == 8 &&
                   offsetof(DictReadCache, Value) == 16,
               "DictReadCache is lowered as {ptr, i64, ptr}");
+static_assert(offsetof(ReadDescriptor, Memo) == 0,
+              "a ReadDescriptor's address is its memo slot's");
 
 Lowerer::Lowerer(const GuardSet &S, const BoundGuardSet *BS, Module &M,
                  LoweringOptions Options, std::vector<TableSlot> *Table)
@@ -307,11 +310,20 @@ Expected<Function *> Lowerer::run(StringRef Name, LoweringStats &Stats) {
   Stats.NumGuards = Guards.size();
   for (size_t I : Ambient)
     emitGuard(I, Stats);
+  // The first tier checks the simple guards right after a memoized read
+  // inside the read's helper (ReadDescriptor): no code for them.
+  if (CallMemo)
+    Fused = fusedReadGuards(S);
   for (ValueId Id = 0; Id < NumValues; ++Id) {
     if (Id != 0)
       emitValue(Id, Stats);
-    for (size_t I : After[Id])
+    for (size_t I : After[Id]) {
+      if (CallMemo && Fused[I]) {
+        ++Stats.NumHelpers;
+        continue;
+      }
       emitGuard(I, Stats);
+    }
   }
   emitFusedAliasing(Aliasing, Stats);
   for (size_t I : Shape)
@@ -472,6 +484,11 @@ ArrayRef<RuntimeSymbol> runtimeSymbols() {
       GJ_SYM(gj_rt_dict_key_cached),
       GJ_SYM(gj_rt_dict_value_cached),
       GJ_SYM(gj_rt_getattr_cached),
+      GJ_SYM(gj_rt_dict_get_item_desc),
+      GJ_SYM(gj_rt_dict_key_desc),
+      GJ_SYM(gj_rt_dict_value_desc),
+      GJ_SYM(gj_rt_getattr_desc),
+      GJ_SYM(gj_rt_dict_contains_desc),
       GJ_SYM(gj_rt_closure),
       GJ_SYM(gj_rt_func_defaults),
       GJ_SYM(gj_rt_func_kwdefaults),

@@ -40,6 +40,81 @@ bool guardjit::guardUsesDictCache(GuardKind K) {
   return K == GuardKind::DictContains;
 }
 
+std::vector<bool> guardjit::fusedReadGuards(const GuardSet &S) {
+  const std::vector<Guard> &Guards = S.guards();
+  const size_t NumValues = S.values().size();
+  const size_t NumObjects = S.objects().size();
+  std::vector<bool> Fused(Guards.size(), false);
+  // The lowering's schedule (Lowering.cpp, step 3): each guard right after
+  // its last operand, in IR order; shape, aliasing and epilogue guards and
+  // those without operands elsewhere.
+  std::vector<std::vector<uint32_t>> After(NumValues);
+  for (size_t I = 0; I < Guards.size(); ++I) {
+    const Guard &G = Guards[I];
+    if (G.Kind == GuardKind::EpilogueLambda || G.Kind == GuardKind::ShapeExpr ||
+        G.Kind == GuardKind::ObjectAliasing || G.Operands.empty())
+      continue;
+    ValueId Last = *std::max_element(G.Operands.begin(), G.Operands.end());
+    if (Last < NumValues)
+      After[Last].push_back(static_cast<uint32_t>(I));
+  }
+  // Targets as object ids, CPython's singletons below zero.
+  constexpr int64_t None = -1, True = -2, False = -3, Unset = INT64_MIN;
+  for (ValueId V = 1; V < NumValues; ++V) {
+    if (!accessorUsesDictCache(S.value(V).Kind))
+      continue;
+    int64_t Type = Unset, Is = Unset, Equals = Unset;
+    bool IsNot = false;
+    // Sets `Field` to `Target` unless it holds another one.
+    auto Claim = [](int64_t &Field, int64_t Target) {
+      if (Field != Unset && Field != Target)
+        return false;
+      Field = Target;
+      return true;
+    };
+    for (uint32_t I : After[V]) {
+      const Guard &G = Guards[I];
+      if (G.Operands.size() != 1 || G.Operands[0] != V)
+        break;
+      bool HasObject = G.Object < NumObjects;
+      bool Ok = false;
+      switch (G.Kind) {
+      case GuardKind::TypeMatch:
+        Ok = HasObject && Claim(Type, G.Object);
+        break;
+      case GuardKind::IdMatch:
+        Ok = HasObject && Claim(Is, G.Object);
+        break;
+      case GuardKind::NoneMatch:
+        Ok = Claim(Is, None);
+        break;
+      case GuardKind::TrueMatch:
+        Ok = Claim(Is, True);
+        break;
+      case GuardKind::FalseMatch:
+        Ok = Claim(Is, False);
+        break;
+      case GuardKind::NotNone:
+        Ok = IsNot = true;
+        break;
+      case GuardKind::EqualsMatch:
+        // The only one with a side effect (a user __eq__), so the last one
+        // of the run: the helper tests it after the pure checks.
+        Ok = HasObject && Claim(Equals, G.Object);
+        break;
+      default:
+        break;
+      }
+      if (!Ok)
+        break;
+      Fused[I] = true;
+      if (G.Kind == GuardKind::EqualsMatch)
+        break;
+    }
+  }
+  return Fused;
+}
+
 /// Whether a probe of exact dict `D` for exact-str key was pure and left the
 /// dict at version `Tag` (see DictReadCache in RuntimeHelpers.h).
 static bool pureStrProbe(PyDictObject *D, uint64_t Tag) {
@@ -507,6 +582,45 @@ extern "C" int gj_rt_dict_contains_cached(PyObject *Dict, PyObject *Key,
   if (memoHit(Dict, Cache))
     return 1;
   return gj_rt_dict_contains_fill(Dict, Key, Expected, Cache);
+}
+
+/// The checks of the guards fused into a descriptor read (fusedReadGuards),
+/// EQUALS_MATCH last: it alone may run Python code.
+static inline bool fusedChecksPass(PyObject *V, const ReadDescriptor *D) {
+  return (!D->Type || reinterpret_cast<PyObject *>(Py_TYPE(V)) == D->Type) &&
+         (!D->Is || V == D->Is) && (!D->IsNot || V != D->IsNot) &&
+         (!D->Equals || V == D->Equals || gj_rt_equals_match(V, D->Equals));
+}
+
+extern "C" PyObject *gj_rt_dict_get_item_desc(PyObject *Dict,
+                                              ReadDescriptor *D) {
+  PyObject *V = gj_rt_dict_get_item_cached(Dict, D->Key, &D->Memo);
+  return V && fusedChecksPass(V, D) ? V : nullptr;
+}
+
+extern "C" PyObject *gj_rt_dict_key_desc(PyObject *Dict, ReadDescriptor *D) {
+  PyObject *V = gj_rt_dict_key_cached(Dict, D->Int, &D->Memo);
+  return V && fusedChecksPass(V, D) ? V : nullptr;
+}
+
+extern "C" PyObject *gj_rt_dict_value_desc(PyObject *Dict,
+                                           ReadDescriptor *D) {
+  PyObject *V = gj_rt_dict_value_cached(Dict, D->Int, &D->Memo);
+  return V && fusedChecksPass(V, D) ? V : nullptr;
+}
+
+extern "C" PyObject *gj_rt_getattr_desc(PyObject *Obj, ReadDescriptor *D) {
+  PyObject *V = gj_rt_getattr_cached(Obj, D->Key, &D->Memo);
+  if (V && !fusedChecksPass(V, D)) {
+    Py_DECREF(V); // a failed read owns nothing
+    return nullptr;
+  }
+  return V;
+}
+
+extern "C" int gj_rt_dict_contains_desc(PyObject *Dict, ReadDescriptor *D) {
+  return gj_rt_dict_contains_cached(Dict, D->Key, static_cast<int>(D->Int),
+                                    &D->Memo);
 }
 
 extern "C" int gj_rt_no_hasattr(PyObject *Value, PyObject *Name) {

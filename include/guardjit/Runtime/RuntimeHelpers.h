@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace guardjit {
 /// Whether a guard of kind `K` reads the thread-local dispatch key state
@@ -67,6 +68,42 @@ struct DictReadCache {
   uint64_t Tag = 0;
   PyObject *Value = nullptr;
 };
+
+/// A memoized read (or DICT_CONTAINS) as the first tier
+/// (LoweringOptions::CallMemo) calls it, through one pointer: the memo slot
+/// first (so the descriptor's address is the slot's), then the read's
+/// constant operands and the checks of the guards fused into the read
+/// (fusedReadGuards). Native code passes one address where it passed the
+/// key and the slot as two 64-bit immediates, and a fused guard costs no
+/// code at all. BoundGuardSet::bind fills every field from the IR and the
+/// bound objects alone, so relocatable code cached by another process finds
+/// the same descriptor; the BoundGuardSet owns it (it outlives the code).
+/// No field is a reference (the object table holds them).
+struct ReadDescriptor {
+  DictReadCache Memo;
+  /// The dict key or attribute name of the read, DICT_CONTAINS's key.
+  PyObject *Key = nullptr;
+  /// DictKey/DictValue: the index; DICT_CONTAINS: the expected answer (0/1).
+  int64_t Int = 0;
+  /// Fused TYPE_MATCH: the value's exact type must be `Type`.
+  PyObject *Type = nullptr;
+  /// Fused ID_MATCH / NONE_MATCH / TRUE_MATCH / FALSE_MATCH: the value must
+  /// be `Is`; fused NOT_NONE: it must not be `IsNot` (None).
+  PyObject *Is = nullptr;
+  PyObject *IsNot = nullptr;
+  /// Fused EQUALS_MATCH: `Equals` itself, or gj_rt_equals_match.
+  PyObject *Equals = nullptr;
+};
+
+/// Per guard of `S`, whether the first tier checks it inside the
+/// descriptor read of its operand (ReadDescriptor) instead of emitting it:
+/// the leading run of TYPE_MATCH, ID_MATCH, NONE/TRUE/FALSE_MATCH,
+/// NOT_NONE and EQUALS_MATCH guards that the lowering schedules right after
+/// a memoized read (accessorUsesDictCache), each field at most once. Only
+/// guards that would run next anyway, in the same order of side effects
+/// (EQUALS_MATCH's __eq__ last). A pure function of the IR: bind and the
+/// lowering (in any process) agree on it.
+std::vector<bool> fusedReadGuards(const GuardSet &S);
 } // namespace guardjit
 
 extern "C" {
@@ -153,6 +190,18 @@ int gj_rt_dict_contains_fill(PyObject *Dict, PyObject *Key, int Expected,
 /// gj_rt_dict_contains_fill.
 int gj_rt_dict_contains_cached(PyObject *Dict, PyObject *Key, int Expected,
                                guardjit::DictReadCache *Cache);
+/// The first tier's memoized reads through a ReadDescriptor (key, index
+/// and expected answer in it): the *_cached helper's answer, then the fused
+/// guards' checks (NULL or 0 when one fails; the getattr read releases its
+/// new reference then).
+PyObject *gj_rt_dict_get_item_desc(PyObject *Dict,
+                                   guardjit::ReadDescriptor *Desc);
+PyObject *gj_rt_dict_key_desc(PyObject *Dict, guardjit::ReadDescriptor *Desc);
+PyObject *gj_rt_dict_value_desc(PyObject *Dict,
+                                guardjit::ReadDescriptor *Desc);
+PyObject *gj_rt_getattr_desc(PyObject *Obj,
+                             guardjit::ReadDescriptor *Desc); // NEW
+int gj_rt_dict_contains_desc(PyObject *Dict, guardjit::ReadDescriptor *Desc);
 int gj_rt_no_hasattr(PyObject *Value, PyObject *Name);
 int gj_rt_float_is_nan(PyObject *Value);
 int gj_rt_complex_is_nan(PyObject *Value);
