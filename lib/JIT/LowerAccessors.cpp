@@ -427,7 +427,7 @@ void Lowerer::emitValue(ValueId Id, LoweringStats &Stats) {
   Vals[Id] = Result;
   // A NULL read fails the set; the failure does not own the NULL.
   failUnless(B.CreateIsNotNull(Result, Name + ".ok"));
-  if (accessorReturnsNewRef(V.Kind)) {
+  if (accessorReturnsNewRef(V.Kind) && !(CallMemo && Released[Id])) {
     // From here on a failure must release this reference: give it its own
     // cleanup block in front of the chain.
     beginBlock(Name + ".owned");

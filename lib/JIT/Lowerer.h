@@ -219,6 +219,9 @@ private:
   /// CallMemo: the guards checked inside their operand's descriptor read
   /// (fusedReadGuards), emitted as nothing.
   std::vector<bool> Fused;
+  /// CallMemo: the new references the descriptor read releases itself
+  /// (ReadDescriptor::Release): no cleanup for them.
+  std::vector<bool> Released;
   /// Where a failure goes now: the cleanup block of the newest new reference.
   llvm::BasicBlock *FailTarget = nullptr;
   /// New references in acquisition order.

@@ -313,7 +313,7 @@ Expected<Function *> Lowerer::run(StringRef Name, LoweringStats &Stats) {
   // The first tier checks the simple guards right after a memoized read
   // inside the read's helper (ReadDescriptor): no code for them.
   if (CallMemo)
-    Fused = fusedReadGuards(S);
+    Fused = fusedReadGuards(S, &Released);
   for (ValueId Id = 0; Id < NumValues; ++Id) {
     if (Id != 0)
       emitValue(Id, Stats);

@@ -269,7 +269,11 @@ BoundGuardSet::bind(std::shared_ptr<const GuardSet> SetPtr,
       D.Key = B->Objects[Val.Key];
     D.Int = Val.Index;
   }
-  std::vector<bool> Fused = fusedReadGuards(S);
+  std::vector<bool> Released;
+  std::vector<bool> Fused = fusedReadGuards(S, &Released);
+  for (ValueId V = 0; V < S.values().size(); ++V)
+    if (Released[V])
+      B->Memos[B->ValueMemo[V]].Release = 1;
   for (size_t I = 0; I < Guards.size(); ++I) {
     const Guard &G = Guards[I];
     if (B->GuardMemo[I] != NoMemo) {

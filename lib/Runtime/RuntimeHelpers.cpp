@@ -40,7 +40,8 @@ bool guardjit::guardUsesDictCache(GuardKind K) {
   return K == GuardKind::DictContains;
 }
 
-std::vector<bool> guardjit::fusedReadGuards(const GuardSet &S) {
+std::vector<bool> guardjit::fusedReadGuards(const GuardSet &S,
+                                            std::vector<bool> *ReleasedReads) {
   const std::vector<Guard> &Guards = S.guards();
   const size_t NumValues = S.values().size();
   const size_t NumObjects = S.objects().size();
@@ -111,6 +112,21 @@ std::vector<bool> guardjit::fusedReadGuards(const GuardSet &S) {
       if (G.Kind == GuardKind::EqualsMatch)
         break;
     }
+  }
+  if (ReleasedReads) {
+    std::vector<bool> &Released = *ReleasedReads;
+    Released.assign(NumValues, false);
+    for (ValueId V = 1; V < NumValues; ++V)
+      Released[V] = accessorUsesDictCache(S.value(V).Kind) &&
+                    accessorReturnsNewRef(S.value(V).Kind);
+    for (ValueId V = 1; V < NumValues; ++V)
+      if (S.value(V).Parent < NumValues)
+        Released[S.value(V).Parent] = false;
+    for (size_t I = 0; I < Guards.size(); ++I)
+      if (!Fused[I])
+        for (ValueId Op : Guards[I].Operands)
+          if (Op < NumValues)
+            Released[Op] = false;
   }
   return Fused;
 }
@@ -611,11 +627,12 @@ extern "C" PyObject *gj_rt_dict_value_desc(PyObject *Dict,
 
 extern "C" PyObject *gj_rt_getattr_desc(PyObject *Obj, ReadDescriptor *D) {
   PyObject *V = gj_rt_getattr_cached(Obj, D->Key, &D->Memo);
-  if (V && !fusedChecksPass(V, D)) {
-    Py_DECREF(V); // a failed read owns nothing
+  if (!V)
     return nullptr;
-  }
-  return V;
+  bool Pass = fusedChecksPass(V, D);
+  if (!Pass || D->Release) // a failed read owns nothing; see Release
+    Py_DECREF(V);
+  return Pass ? V : nullptr;
 }
 
 extern "C" int gj_rt_dict_contains_desc(PyObject *Dict, ReadDescriptor *D) {

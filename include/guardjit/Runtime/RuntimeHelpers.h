@@ -93,6 +93,10 @@ struct ReadDescriptor {
   PyObject *IsNot = nullptr;
   /// Fused EQUALS_MATCH: `Equals` itself, or gj_rt_equals_match.
   PyObject *Equals = nullptr;
+  /// A read of a new reference (getattr) that nothing reads after its
+  /// fused guards: the helper releases it and returns the (then borrowed,
+  /// never dereferenced) pointer as "passed".
+  int64_t Release = 0;
 };
 
 /// Per guard of `S`, whether the first tier checks it inside the
@@ -102,8 +106,11 @@ struct ReadDescriptor {
 /// a memoized read (accessorUsesDictCache), each field at most once. Only
 /// guards that would run next anyway, in the same order of side effects
 /// (EQUALS_MATCH's __eq__ last). A pure function of the IR: bind and the
-/// lowering (in any process) agree on it.
-std::vector<bool> fusedReadGuards(const GuardSet &S);
+/// lowering (in any process) agree on it. `ReleasedReads` (optional) gets,
+/// per value, whether it is such a read of a new reference that nothing
+/// else reads (no child value, no guard left): ReadDescriptor::Release.
+std::vector<bool> fusedReadGuards(const GuardSet &S,
+                                  std::vector<bool> *ReleasedReads = nullptr);
 } // namespace guardjit
 
 extern "C" {
