@@ -345,12 +345,20 @@ void Lowerer::emitValue(ValueId Id, LoweringStats &Stats) {
                      {Parent, object(V.Key)}, Name);
     break;
   case AccessorKind::Code:
-    Result = B.CreateCall(helper("gj_rt_code", PtrTy, {PtrTy}), {Parent},
-                          Name);
+    Result = CallMemo // with the fused guards' checks (ReadDescriptor)
+                 ? B.CreateCall(helper("gj_rt_code_desc", PtrTy, {PtrTy, PtrTy}),
+                                {Parent, valueMemo(Id)}, Name)
+                 : B.CreateCall(helper("gj_rt_code", PtrTy, {PtrTy}), {Parent},
+                                Name);
     break;
   case AccessorKind::GetItem:
-    Result = B.CreateCall(helper("gj_rt_get_item", PtrTy, {PtrTy, PtrTy}),
-                          {Parent, object(V.Key)}, Name);
+    Result = CallMemo // the key in the ReadDescriptor
+                 ? B.CreateCall(
+                       helper("gj_rt_get_item_desc", PtrTy, {PtrTy, PtrTy}),
+                       {Parent, valueMemo(Id)}, Name)
+                 : B.CreateCall(
+                       helper("gj_rt_get_item", PtrTy, {PtrTy, PtrTy}),
+                       {Parent, object(V.Key)}, Name);
     break;
   case AccessorKind::Closure:
   case AccessorKind::FuncDefaults:

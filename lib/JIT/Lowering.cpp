@@ -431,7 +431,7 @@ const void *tableSlotAddress(const BoundGuardSet &Set, TableSlot Slot,
     break;
   case TableSlot::ValueMemo:
     if ((Ok = Slot.Index < S.values().size()))
-      Address = Set.dictCache(Slot.Index);
+      Address = Set.readDescriptor(Slot.Index);
     break;
   case TableSlot::GuardMemo:
     if ((Ok = Slot.Index < S.guards().size()))
@@ -489,6 +489,8 @@ ArrayRef<RuntimeSymbol> runtimeSymbols() {
       GJ_SYM(gj_rt_dict_value_desc),
       GJ_SYM(gj_rt_getattr_desc),
       GJ_SYM(gj_rt_dict_contains_desc),
+      GJ_SYM(gj_rt_code_desc),
+      GJ_SYM(gj_rt_get_item_desc),
       GJ_SYM(gj_rt_closure),
       GJ_SYM(gj_rt_func_defaults),
       GJ_SYM(gj_rt_func_kwdefaults),

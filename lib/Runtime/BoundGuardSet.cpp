@@ -251,7 +251,7 @@ BoundGuardSet::bind(std::shared_ptr<const GuardSet> SetPtr,
           .push_back(static_cast<uint32_t>(I));
   uint32_t NumMemos = 0;
   for (ValueId V = 0; V < S.values().size(); ++V) {
-    if (accessorUsesDictCache(S.value(V).Kind))
+    if (accessorHasReadDescriptor(S.value(V).Kind))
       B->ValueMemo[V] = NumMemos++;
     for (uint32_t G : GuardsAfter[V])
       B->GuardMemo[G] = NumMemos++;

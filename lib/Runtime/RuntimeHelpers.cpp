@@ -32,6 +32,11 @@ bool guardjit::accessorUsesDictCache(AccessorKind K) {
          K == AccessorKind::GetAttr;
 }
 
+bool guardjit::accessorHasReadDescriptor(AccessorKind K) {
+  return accessorUsesDictCache(K) || K == AccessorKind::Code ||
+         K == AccessorKind::GetItem;
+}
+
 bool guardjit::guardNeedsLocalState(GuardKind K) {
   return K == GuardKind::TensorMatch || K == GuardKind::DispatchKeySetMatch;
 }
@@ -62,7 +67,7 @@ std::vector<bool> guardjit::fusedReadGuards(const GuardSet &S,
   // Targets as object ids, CPython's singletons below zero.
   constexpr int64_t None = -1, True = -2, False = -3, Unset = INT64_MIN;
   for (ValueId V = 1; V < NumValues; ++V) {
-    if (!accessorUsesDictCache(S.value(V).Kind))
+    if (!accessorHasReadDescriptor(S.value(V).Kind))
       continue;
     int64_t Type = Unset, Is = Unset, Equals = Unset;
     bool IsNot = false;
@@ -117,7 +122,7 @@ std::vector<bool> guardjit::fusedReadGuards(const GuardSet &S,
     std::vector<bool> &Released = *ReleasedReads;
     Released.assign(NumValues, false);
     for (ValueId V = 1; V < NumValues; ++V)
-      Released[V] = accessorUsesDictCache(S.value(V).Kind) &&
+      Released[V] = accessorHasReadDescriptor(S.value(V).Kind) &&
                     accessorReturnsNewRef(S.value(V).Kind);
     for (ValueId V = 1; V < NumValues; ++V)
       if (S.value(V).Parent < NumValues)
@@ -631,6 +636,21 @@ extern "C" PyObject *gj_rt_getattr_desc(PyObject *Obj, ReadDescriptor *D) {
     return nullptr;
   bool Pass = fusedChecksPass(V, D);
   if (!Pass || D->Release) // a failed read owns nothing; see Release
+    Py_DECREF(V);
+  return Pass ? V : nullptr;
+}
+
+extern "C" PyObject *gj_rt_code_desc(PyObject *Fn, ReadDescriptor *D) {
+  PyObject *V = gj_rt_code(Fn);
+  return V && fusedChecksPass(V, D) ? V : nullptr;
+}
+
+extern "C" PyObject *gj_rt_get_item_desc(PyObject *Obj, ReadDescriptor *D) {
+  PyObject *V = gj_rt_get_item(Obj, D->Key);
+  if (!V)
+    return nullptr;
+  bool Pass = fusedChecksPass(V, D);
+  if (!Pass || D->Release)
     Py_DECREF(V);
   return Pass ? V : nullptr;
 }

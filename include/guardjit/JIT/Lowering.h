@@ -101,7 +101,8 @@ struct TableSlot {
   enum SlotKind : uint8_t {
     Object,    ///< BoundGuardSet::object(Index)
     Payload,   ///< BoundGuardSet::payload(Index) (a guard index)
-    ValueMemo, ///< BoundGuardSet::dictCache(Index) (a value id)
+    ValueMemo, ///< BoundGuardSet::readDescriptor(Index) (a value id): its
+               ///< memo slot (dictCache) where it has one
     GuardMemo, ///< BoundGuardSet::guardCache(Index) (a guard index)
     Recorded,  ///< BoundGuardSet::recordedSlots() (Index 0)
   };

@@ -50,7 +50,10 @@ public:
   /// changes an answer; write it only with the GIL held. Native code bakes
   /// the slot addresses in, like the object addresses.
   DictReadCache *dictCache(ValueId Id) const {
-    return ValueMemo[Id] == NoMemo ? nullptr : &Memos[ValueMemo[Id]].Memo;
+    return ValueMemo[Id] == NoMemo ||
+                   !accessorUsesDictCache(Set->value(Id).Kind)
+               ? nullptr
+               : &Memos[ValueMemo[Id]].Memo;
   }
   /// The pass memo of guard `GuardIndex` (guardUsesDictCache), or nullptr:
   /// a hit means the guard passed on this same dict state before.
@@ -58,8 +61,10 @@ public:
     return GuardMemo[GuardIndex] == NoMemo ? nullptr
                                            : &Memos[GuardMemo[GuardIndex]].Memo;
   }
-  /// The descriptor around dictCache(Id) / guardCache(GuardIndex) (the same
-  /// address), read by the first tier's *_desc helpers.
+  /// The descriptor of value `Id` (accessorHasReadDescriptor), around
+  /// dictCache(Id) when it has a memo (the same address), and of guard
+  /// `GuardIndex` around guardCache(GuardIndex): what the first tier's
+  /// *_desc helpers read. nullptr when there is none.
   ReadDescriptor *readDescriptor(ValueId Id) const {
     return ValueMemo[Id] == NoMemo ? nullptr : &Memos[ValueMemo[Id]];
   }

@@ -35,6 +35,10 @@ bool accessorReturnsNewRef(AccessorKind K);
 /// code: FrameLocal and DictGetItem (PyDict_GetItem), DictKey and DictValue
 /// (the Index-th item in iteration order).
 bool accessorUsesDictCache(AccessorKind K);
+/// Whether values of accessor `K` have a ReadDescriptor (the first tier
+/// reads them through it): the memoized reads (accessorUsesDictCache), and
+/// __code__ and getitem reads, which have no memo but fused guards.
+bool accessorHasReadDescriptor(AccessorKind K);
 /// Whether guard kind `K` has a pass memo (a DictReadCache slot whose hit
 /// means "passed on this dict state"): DICT_CONTAINS.
 bool guardUsesDictCache(GuardKind K);
@@ -103,7 +107,7 @@ struct ReadDescriptor {
 /// descriptor read of its operand (ReadDescriptor) instead of emitting it:
 /// the leading run of TYPE_MATCH, ID_MATCH, NONE/TRUE/FALSE_MATCH,
 /// NOT_NONE and EQUALS_MATCH guards that the lowering schedules right after
-/// a memoized read (accessorUsesDictCache), each field at most once. Only
+/// a descriptor read (accessorHasReadDescriptor), each field at most once. Only
 /// guards that would run next anyway, in the same order of side effects
 /// (EQUALS_MATCH's __eq__ last). A pure function of the IR: bind and the
 /// lowering (in any process) agree on it. `ReleasedReads` (optional) gets,
@@ -209,6 +213,11 @@ PyObject *gj_rt_dict_value_desc(PyObject *Dict,
 PyObject *gj_rt_getattr_desc(PyObject *Obj,
                              guardjit::ReadDescriptor *Desc); // NEW
 int gj_rt_dict_contains_desc(PyObject *Dict, guardjit::ReadDescriptor *Desc);
+/// gj_rt_code / gj_rt_get_item (the key in the descriptor) and the fused
+/// guards' checks.
+PyObject *gj_rt_code_desc(PyObject *Fn, guardjit::ReadDescriptor *Desc);
+PyObject *gj_rt_get_item_desc(PyObject *Obj,
+                              guardjit::ReadDescriptor *Desc); // NEW
 int gj_rt_no_hasattr(PyObject *Value, PyObject *Name);
 int gj_rt_float_is_nan(PyObject *Value);
 int gj_rt_complex_is_nan(PyObject *Value);

@@ -1044,9 +1044,12 @@ TEST_P(EngineTest, DictCacheSkipsImpureProbes) {
 TEST_P(EngineTest, FusedReadGuardsAgree) {
   exec("class C: pass\n"
        "r = C(); r.a = float('7.25')\n"
-       "k_obj = object()");
+       "k_obj = object()\n"
+       "def f(): pass\n"
+       "def h(): pass");
   Ref IntType = eval("int"), FloatType = eval("float"), Five = eval("5"),
-      KObj = eval("k_obj"), Tuple = eval("tuple");
+      KObj = eval("k_obj"), Tuple = eval("tuple"), Code = eval("f.__code__"),
+      Big = eval("10**20");
   SetBuilder SB;
   ValueId X = SB.local("x");
   SB.guard(GuardKind::TypeMatch, {X}, SB.object(IntType.get(), ObjectKind::Type));
@@ -1063,13 +1066,19 @@ TEST_P(EngineTest, FusedReadGuardsAgree) {
   ValueId T = SB.local("t");
   SB.guard(GuardKind::LengthCheck, {T}, InvalidId, 2); // ends the run
   SB.guard(GuardKind::TypeMatch, {T}, SB.object(Tuple.get(), ObjectKind::Type));
+  // __code__ and getitem reads have descriptors too.
+  SB.guard(GuardKind::IdMatch, {SB.unary(AccessorKind::Code, SB.local("f"))},
+           SB.object(Code.get()));
+  SB.guard(GuardKind::EqualsMatch,
+           {SB.keyed(AccessorKind::GetItem, SB.local("g"), "q")},
+           SB.object(Big.get(), ObjectKind::Constant, true));
   std::vector<bool> Fused = fusedReadGuards(*SB.S);
   EXPECT_EQ(Fused, (std::vector<bool>{true, true, true, true, true, true, true,
-                                      false, false}));
+                                      false, false, true, true}));
   BUILD(SB);
 
   const char *Good = "{'x': 5, 'n': None, 'r': r, 'd': {'k': k_obj, 'z': True},"
-                     " 't': (1, 2)}";
+                     " 't': (1, 2), 'f': f, 'g': {'q': 10**20}}";
   Ref L = eval(Good);
   for (int I = 0; I < 3; ++I)
     EXPECT_TRUE(both(*BS, Fn, L.get()));
@@ -1081,7 +1090,11 @@ TEST_P(EngineTest, FusedReadGuardsAgree) {
         "{'x': 5, 'n': None, 'r': r, 'd': {'k': 1, 'z': True}, 't': (1, 2)}",
         "{'x': 5, 'n': None, 'r': r, 'd': {'k': k_obj, 'z': 1}, 't': (1, 2)}",
         "{'x': 5, 'n': None, 'r': r, 'd': {'k': k_obj}, 't': (1, 2)}",
-        "{'x': 5, 'n': None, 'r': r, 'd': {'k': k_obj, 'z': True}, 't': [1, 2]}"}) {
+        "{'x': 5, 'n': None, 'r': r, 'd': {'k': k_obj, 'z': True}, 't': [1, 2]}",
+        "{'x': 5, 'n': None, 'r': r, 'd': {'k': k_obj, 'z': True}, 't': (1, 2),"
+        " 'f': h, 'g': {'q': 10**20}}",
+        "{'x': 5, 'n': None, 'r': r, 'd': {'k': k_obj, 'z': True}, 't': (1, 2),"
+        " 'f': f, 'g': {'q': 10**20 + 1}}"}) {
     SCOPED_TRACE(Locals);
     Ref L2 = eval(Locals);
     for (int I = 0; I < 3; ++I) // the memo cold, then warm
