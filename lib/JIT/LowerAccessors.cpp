@@ -449,6 +449,40 @@ void Lowerer::emitValue(ValueId Id, LoweringStats &Stats) {
   }
 }
 
+void Lowerer::emitReadRun(ValueId First, size_t N, LoweringStats &Stats) {
+  // The descriptors of First.. are contiguous: bind gives each value its
+  // slot in id order, followed by its DICT_CONTAINS slots, and a read in a
+  // run has none (that guard would read it).
+  assert(!BS || BS->readDescriptor(First + N - 1) ==
+                    BS->readDescriptor(First) + (N - 1));
+  std::string P = prefix('v', First);
+  beginBlock(P + ".read_run");
+  llvm::Value *Ok = B.CreateCall(
+      helper("gj_rt_read_run", I32, {PtrTy, PtrTy, I64}),
+      {Vals[S.value(First).Parent], valueMemo(First), ConstantInt::get(I64, N)},
+      P + ".run");
+  failUnless(isTrue(Ok));
+  (void)Stats; // helper reads are counted nowhere, as in emitValue
+}
+
+void Lowerer::emitDictContainsRun(ArrayRef<size_t> Indices,
+                                  LoweringStats &Stats) {
+  const Guard &G = S.guards()[Indices.front()];
+  // Consecutive DICT_CONTAINS guards of one value: consecutive slots (bind).
+  assert(!BS || BS->guardDescriptor(Indices.back()) ==
+                    BS->guardDescriptor(Indices.front()) +
+                        (Indices.size() - 1));
+  std::string P = prefix('g', Indices.front());
+  beginBlock(P + ".dict_contains_run");
+  Stats.NumHelpers += Indices.size();
+  llvm::Value *Ok = B.CreateCall(
+      helper("gj_rt_dict_contains_run", I32, {PtrTy, PtrTy, I64}),
+      {Vals[G.Operands.front()], guardMemo(Indices.front()),
+       ConstantInt::get(I64, Indices.size())},
+      P + ".res");
+  failUnless(isTrue(Ok));
+}
+
 void Lowerer::emitRelease(llvm::Value *Obj) {
   B.CreateCall(helper("gj_rt_decref", B.getVoidTy(), {PtrTy}), {Obj});
 }

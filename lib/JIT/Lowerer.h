@@ -169,6 +169,13 @@ private:
                             llvm::Type *ArgTy, llvm::Value *Arg,
                             const std::string &Name);
   void emitRelease(llvm::Value *Obj);
+  /// CallMemo: the descriptor reads First..First+N-1 of one parent, each
+  /// read by nothing after its fused guards, as one gj_rt_read_run call.
+  void emitReadRun(ValueId First, size_t N, LoweringStats &Stats);
+  /// CallMemo: the DICT_CONTAINS guards Indices (one value, consecutive in
+  /// the schedule) as one gj_rt_dict_contains_run call.
+  void emitDictContainsRun(llvm::ArrayRef<size_t> Indices,
+                           LoweringStats &Stats);
 
   // --- Guards. emitGuard (Lowering.cpp) starts the guard's block and
   // dispatches; each emitter returns the guard's i1 "passes" condition, or
@@ -222,6 +229,9 @@ private:
   /// CallMemo: the new references the descriptor read releases itself
   /// (ReadDescriptor::Release): no cleanup for them.
   std::vector<bool> Released;
+  /// CallMemo: per value, the length of the run of reads it starts
+  /// (emitReadRun), 0 or 1 for none.
+  std::vector<uint32_t> ReadRun;
   /// Where a failure goes now: the cleanup block of the newest new reference.
   llvm::BasicBlock *FailTarget = nullptr;
   /// New references in acquisition order.

@@ -312,15 +312,64 @@ Expected<Function *> Lowerer::run(StringRef Name, LoweringStats &Stats) {
     emitGuard(I, Stats);
   // The first tier checks the simple guards right after a memoized read
   // inside the read's helper (ReadDescriptor): no code for them.
-  if (CallMemo)
+  // Runs of such reads of one parent that nothing reads afterwards, and
+  // runs of DICT_CONTAINS on one value, are one call over their
+  // descriptors each (gj_rt_read_run, gj_rt_dict_contains_run).
+  if (CallMemo) {
     Fused = fusedReadGuards(S, &Released);
+    std::vector<bool> Dead(NumValues, false);
+    for (ValueId Id = 1; Id < NumValues; ++Id)
+      Dead[Id] = accessorHasReadDescriptor(S.value(Id).Kind);
+    for (ValueId Id = 1; Id < NumValues; ++Id)
+      Dead[S.value(Id).Parent] = false;
+    for (size_t I = 0; I < Guards.size(); ++I)
+      if (!Fused[I])
+        for (ValueId Op : Guards[I].Operands)
+          Dead[Op] = false;
+    ReadRun.assign(NumValues, 0);
+    for (ValueId Id = 1; Id < NumValues;) {
+      ValueId End = Id;
+      while (End < NumValues && Dead[End] &&
+             S.value(End).Parent == S.value(Id).Parent)
+        ++End;
+      if (End == Id) {
+        ++Id;
+        continue;
+      }
+      ReadRun[Id] = End - Id;
+      Id = End;
+    }
+  }
   for (ValueId Id = 0; Id < NumValues; ++Id) {
+    if (Id != 0 && CallMemo && ReadRun[Id] > 1) {
+      emitReadRun(Id, ReadRun[Id], Stats);
+      for (ValueId K = Id; K < Id + ReadRun[Id]; ++K)
+        for (size_t I : After[K]) {
+          assert(Fused[I] && "a read in a run has no guard left");
+          ++Stats.NumHelpers;
+        }
+      Id += ReadRun[Id] - 1;
+      continue;
+    }
     if (Id != 0)
       emitValue(Id, Stats);
-    for (size_t I : After[Id]) {
+    const std::vector<size_t> &Here = After[Id];
+    for (size_t J = 0; J < Here.size(); ++J) {
+      size_t I = Here[J];
       if (CallMemo && Fused[I]) {
         ++Stats.NumHelpers;
         continue;
+      }
+      if (CallMemo && Guards[I].Kind == GuardKind::DictContains) {
+        size_t E = J + 1;
+        while (E < Here.size() &&
+               Guards[Here[E]].Kind == GuardKind::DictContains)
+          ++E;
+        if (E - J > 1) {
+          emitDictContainsRun(ArrayRef<size_t>(Here).slice(J, E - J), Stats);
+          J = E - 1;
+          continue;
+        }
       }
       emitGuard(I, Stats);
     }
@@ -491,6 +540,8 @@ ArrayRef<RuntimeSymbol> runtimeSymbols() {
       GJ_SYM(gj_rt_dict_contains_desc),
       GJ_SYM(gj_rt_code_desc),
       GJ_SYM(gj_rt_get_item_desc),
+      GJ_SYM(gj_rt_read_run),
+      GJ_SYM(gj_rt_dict_contains_run),
       GJ_SYM(gj_rt_closure),
       GJ_SYM(gj_rt_func_defaults),
       GJ_SYM(gj_rt_func_kwdefaults),

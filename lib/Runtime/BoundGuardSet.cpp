@@ -268,6 +268,7 @@ BoundGuardSet::bind(std::shared_ptr<const GuardSet> SetPtr,
     if (accessorReadsKey(Val.Kind))
       D.Key = B->Objects[Val.Key];
     D.Int = Val.Index;
+    D.Accessor = static_cast<int64_t>(Val.Kind);
   }
   std::vector<bool> Released;
   std::vector<bool> Fused = fusedReadGuards(S, &Released);

@@ -660,6 +660,47 @@ extern "C" int gj_rt_dict_contains_desc(PyObject *Dict, ReadDescriptor *D) {
                                     &D->Memo);
 }
 
+extern "C" int gj_rt_read_run(PyObject *Parent, ReadDescriptor *D,
+                              int64_t N) {
+  for (int64_t I = 0; I < N; ++I, ++D) {
+    PyObject *V = nullptr;
+    switch (static_cast<AccessorKind>(D->Accessor)) {
+    case AccessorKind::FrameLocal:
+    case AccessorKind::DictGetItem:
+      V = gj_rt_dict_get_item_desc(Parent, D);
+      break;
+    case AccessorKind::DictKey:
+      V = gj_rt_dict_key_desc(Parent, D);
+      break;
+    case AccessorKind::DictValue:
+      V = gj_rt_dict_value_desc(Parent, D);
+      break;
+    case AccessorKind::GetAttr:
+      V = gj_rt_getattr_desc(Parent, D); // released: ReadDescriptor::Release
+      break;
+    case AccessorKind::Code:
+      V = gj_rt_code_desc(Parent, D);
+      break;
+    case AccessorKind::GetItem:
+      V = gj_rt_get_item_desc(Parent, D);
+      break;
+    default:
+      return 0; // not a descriptor read: bind and the lowering disagree
+    }
+    if (!V)
+      return 0;
+  }
+  return 1;
+}
+
+extern "C" int gj_rt_dict_contains_run(PyObject *Dict, ReadDescriptor *D,
+                                       int64_t N) {
+  for (int64_t I = 0; I < N; ++I, ++D)
+    if (!gj_rt_dict_contains_desc(Dict, D))
+      return 0;
+  return 1;
+}
+
 extern "C" int gj_rt_no_hasattr(PyObject *Value, PyObject *Name) {
   // NO_HASATTR: on 3.11 PyObject_HasAttr swallows every exception, so a
   // raising __getattr__ counts as absent: hasattr is "getattr returns a

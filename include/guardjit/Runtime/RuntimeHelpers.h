@@ -101,6 +101,9 @@ struct ReadDescriptor {
   /// fused guards: the helper releases it and returns the (then borrowed,
   /// never dereferenced) pointer as "passed".
   int64_t Release = 0;
+  /// The AccessorKind of the read (gj_rt_read_run dispatches on it); -1 in
+  /// a guard's descriptor.
+  int64_t Accessor = -1;
 };
 
 /// Per guard of `S`, whether the first tier checks it inside the
@@ -213,6 +216,16 @@ PyObject *gj_rt_dict_value_desc(PyObject *Dict,
 PyObject *gj_rt_getattr_desc(PyObject *Obj,
                              guardjit::ReadDescriptor *Desc); // NEW
 int gj_rt_dict_contains_desc(PyObject *Dict, guardjit::ReadDescriptor *Desc);
+/// Runs of the first tier, one call for a table of steps: the descriptor
+/// reads `Desc[0..N)` of `Parent` (each read by nothing else after its
+/// fused guards: a borrowed value is dropped, a new one released), in
+/// order, until one fails; the DICT_CONTAINS guards `Desc[0..N)` on `Dict`,
+/// in order. 1 when all pass, else 0. The descriptors are contiguous in
+/// the BoundGuardSet (bind lays them out in the lowering's visiting order).
+int gj_rt_read_run(PyObject *Parent, guardjit::ReadDescriptor *Desc,
+                   int64_t N);
+int gj_rt_dict_contains_run(PyObject *Dict, guardjit::ReadDescriptor *Desc,
+                            int64_t N);
 /// gj_rt_code / gj_rt_get_item (the key in the descriptor) and the fused
 /// guards' checks.
 PyObject *gj_rt_code_desc(PyObject *Fn, guardjit::ReadDescriptor *Desc);
