@@ -435,7 +435,25 @@ void Lowerer::emitValue(ValueId Id, LoweringStats &Stats) {
   Vals[Id] = Result;
   // A NULL read fails the set; the failure does not own the NULL.
   failUnless(B.CreateIsNotNull(Result, Name + ".ok"));
-  if (accessorReturnsNewRef(V.Kind) && !(CallMemo && Released[Id])) {
+  if (accessorReturnsNewRef(V.Kind) && CallMemo && !Released[Id]) {
+    // Two stores instead of a cleanup block and a release on success (each
+    // a call): the array slot and the count that "fail.release" reads.
+    beginBlock(Name + ".owned");
+    uint64_t K = NewRefs.size();
+    B.CreateAlignedStore(
+        Result, B.CreateConstInBoundsGEP1_64(PtrTy, RefArray, K), Align(8));
+    B.CreateAlignedStore(ConstantInt::get(I64, K + 1), RefCount, Align(8));
+    if (!RefFail) {
+      RefFail = BasicBlock::Create(Ctx, "fail.release", F);
+      IRBuilder<> RB(RefFail);
+      RB.CreateCall(helper("gj_rt_decref_array", RB.getVoidTy(), {PtrTy, I64}),
+                    {RefArray, RB.CreateAlignedLoad(I64, RefCount, Align(8))});
+      RB.CreateBr(FailTarget);
+      FailTarget = RefFail;
+      ReleaseBlocks.push_back(RefFail);
+    }
+    NewRefs.emplace_back(Id, Result);
+  } else if (accessorReturnsNewRef(V.Kind) && !CallMemo) {
     // From here on a failure must release this reference: give it its own
     // cleanup block in front of the chain.
     beginBlock(Name + ".owned");

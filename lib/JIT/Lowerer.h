@@ -232,6 +232,11 @@ private:
   /// CallMemo: per value, the length of the run of reads it starts
   /// (emitReadRun), 0 or 1 for none.
   std::vector<uint32_t> ReadRun;
+  /// CallMemo: the new references live in a frame array `RefArray` with
+  /// their count in `RefCount`; one block ("fail.release") releases them
+  /// on every failure after the first, one call on success.
+  llvm::Value *RefArray = nullptr, *RefCount = nullptr;
+  llvm::BasicBlock *RefFail = nullptr;
   /// Where a failure goes now: the cleanup block of the newest new reference.
   llvm::BasicBlock *FailTarget = nullptr;
   /// New references in acquisition order.

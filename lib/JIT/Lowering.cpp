@@ -15,7 +15,10 @@
 // after the k-th new reference branches to "fail.release.vN" of that
 // reference, which releases it and falls into the one before, ending in the
 // common "fail" block. This keeps the function in SSA form with no allocas
-// and no null tests on the failure path.
+// and no null tests on the failure path. The first tier
+// (LoweringOptions::CallMemo) trades that for less code: its new references
+// go into a frame array with their count, released by one call on success
+// and by one "fail.release" block on every failure after the first.
 //
 //===----------------------------------------------------------------------===//
 #include "guardjit/JIT/Lowering.h"
@@ -326,6 +329,16 @@ Expected<Function *> Lowerer::run(StringRef Name, LoweringStats &Stats) {
       if (!Fused[I])
         for (ValueId Op : Guards[I].Operands)
           Dead[Op] = false;
+    // The frame array of the new references that stay (not Released).
+    uint64_t NumNewRefs = 0;
+    for (ValueId Id = 1; Id < NumValues; ++Id)
+      NumNewRefs += accessorReturnsNewRef(S.value(Id).Kind) && !Released[Id];
+    if (NumNewRefs) {
+      IRBuilder<> EB(&F->getEntryBlock(), F->getEntryBlock().begin());
+      RefArray = EB.CreateAlloca(ArrayType::get(PtrTy, NumNewRefs), nullptr,
+                                 "new_refs");
+      RefCount = EB.CreateAlloca(I64, nullptr, "new_refs.count");
+    }
     ReadRun.assign(NumValues, 0);
     for (ValueId Id = 1; Id < NumValues;) {
       ValueId End = Id;
@@ -382,8 +395,12 @@ Expected<Function *> Lowerer::run(StringRef Name, LoweringStats &Stats) {
 
   // 5. Success releases every new reference, newest first.
   beginBlock("pass");
-  for (auto It = NewRefs.rbegin(); It != NewRefs.rend(); ++It)
-    emitRelease(It->second);
+  if (CallMemo && !NewRefs.empty())
+    B.CreateCall(helper("gj_rt_decref_array", B.getVoidTy(), {PtrTy, I64}),
+                 {RefArray, ConstantInt::get(I64, NewRefs.size())});
+  else
+    for (auto It = NewRefs.rbegin(); It != NewRefs.rend(); ++It)
+      emitRelease(It->second);
   B.CreateRet(ConstantInt::get(I32, 1));
 
   // The cleanup chain goes last, newest reference first, so the hot path is
@@ -552,6 +569,7 @@ ArrayRef<RuntimeSymbol> runtimeSymbols() {
       GJ_SYM(gj_rt_weakref_call),
       GJ_SYM(gj_rt_global_weakref),
       GJ_SYM(gj_rt_decref),
+      GJ_SYM(gj_rt_decref_array),
       GJ_SYM(gj_rt_float_is_nan),
       GJ_SYM(gj_rt_complex_is_nan),
       GJ_SYM(gj_rt_dict_version),

@@ -529,6 +529,11 @@ extern "C" PyObject *gj_rt_global_weakref(PyObject *Globals, PyObject *Name) {
 
 extern "C" void gj_rt_decref(PyObject *Obj) { Py_DECREF(Obj); }
 
+extern "C" void gj_rt_decref_array(PyObject *const *Objs, int64_t N) {
+  for (int64_t I = N; I-- > 0;)
+    Py_DECREF(Objs[I]);
+}
+
 //===----------------------------------------------------------------------===//
 // Leaf guards
 //===----------------------------------------------------------------------===//

@@ -190,6 +190,9 @@ PyObject *gj_rt_set_get_item(PyObject *Obj, Py_ssize_t Index); // NEW
 /// TUPLE_ITERATOR_LEN leaf it always installs on the same value first).
 PyObject *gj_rt_tuple_iterator_get_item(PyObject *It, Py_ssize_t Index);
 void gj_rt_decref(PyObject *Obj);
+/// Releases `Objs[N-1]` .. `Objs[0]` (newest first): the first tier's new
+/// references, kept in a frame array instead of a chain of release blocks.
+void gj_rt_decref_array(PyObject *const *Objs, int64_t N);
 
 // Leaf guards.
 int gj_rt_equals_match(PyObject *Value, PyObject *Constant);
