@@ -300,8 +300,11 @@ extern "C" PyObject *gj_rt_module_getattr_fill(PyObject *Module,
   return gj_rt_getattr(Module, Name);
 }
 
-extern "C" PyObject *gj_rt_getattr_cached(PyObject *Obj, PyObject *Name,
-                                          DictReadCache *Cache) {
+/// gj_rt_getattr_cached, inlinable into the descriptor helpers (an
+/// exported function of a shared library is not inlined: it could be
+/// interposed).
+static inline PyObject *getattrCached(PyObject *Obj, PyObject *Name,
+                                      DictReadCache *Cache) {
   if (Py_TYPE(Obj) == &PyModule_Type) {
     PyObject *Dict = *reinterpret_cast<PyObject **>(
         reinterpret_cast<char *>(Obj) + abi::ModuleDictOffset);
@@ -313,6 +316,11 @@ extern "C" PyObject *gj_rt_getattr_cached(PyObject *Obj, PyObject *Name,
     }
   }
   return gj_rt_getattr(Obj, Name);
+}
+
+extern "C" PyObject *gj_rt_getattr_cached(PyObject *Obj, PyObject *Name,
+                                          DictReadCache *Cache) {
+  return getattrCached(Obj, Name, Cache);
 }
 
 extern "C" PyObject *gj_rt_generic_getattr(PyObject *Obj, PyObject *Name) {
@@ -618,25 +626,53 @@ static inline bool fusedChecksPass(PyObject *V, const ReadDescriptor *D) {
          (!D->Equals || V == D->Equals || gj_rt_equals_match(V, D->Equals));
 }
 
-extern "C" PyObject *gj_rt_dict_get_item_desc(PyObject *Dict,
-                                              ReadDescriptor *D) {
-  PyObject *V = gj_rt_dict_get_item_cached(Dict, D->Key, &D->Memo);
+/// The fused checks that need no call (EQUALS_MATCH only by identity): a
+/// memo hit that passes them returns from a leaf, without saving registers.
+static inline bool fusedChecksPassQuick(PyObject *V, const ReadDescriptor *D) {
+  return (!D->Type || reinterpret_cast<PyObject *>(Py_TYPE(V)) == D->Type) &&
+         (!D->Is || V == D->Is) && (!D->IsNot || V != D->IsNot) &&
+         (!D->Equals || V == D->Equals);
+}
+
+/// The slow paths of the memoized descriptor reads, out of line: the fill
+/// (the probe) and every fused check.
+__attribute__((noinline)) static PyObject *
+memoDescSlow(PyObject *Dict, ReadDescriptor *D,
+             PyObject *(*Fill)(PyObject *, ReadDescriptor *)) {
+  PyObject *V = memoHit(Dict, &D->Memo) ? D->Memo.Value : Fill(Dict, D);
   return V && fusedChecksPass(V, D) ? V : nullptr;
 }
 
+// The hit tests here, not through the *_cached helpers: exported functions
+// are not inlined (see getattrCached).
+extern "C" PyObject *gj_rt_dict_get_item_desc(PyObject *Dict,
+                                              ReadDescriptor *D) {
+  if (memoHit(Dict, &D->Memo) && fusedChecksPassQuick(D->Memo.Value, D))
+    return D->Memo.Value;
+  return memoDescSlow(Dict, D, [](PyObject *Dict, ReadDescriptor *D) {
+    return gj_rt_dict_get_item_fill(Dict, D->Key, &D->Memo);
+  });
+}
+
 extern "C" PyObject *gj_rt_dict_key_desc(PyObject *Dict, ReadDescriptor *D) {
-  PyObject *V = gj_rt_dict_key_cached(Dict, D->Int, &D->Memo);
-  return V && fusedChecksPass(V, D) ? V : nullptr;
+  if (memoHit(Dict, &D->Memo) && fusedChecksPassQuick(D->Memo.Value, D))
+    return D->Memo.Value;
+  return memoDescSlow(Dict, D, [](PyObject *Dict, ReadDescriptor *D) {
+    return gj_rt_dict_key_fill(Dict, D->Int, &D->Memo);
+  });
 }
 
 extern "C" PyObject *gj_rt_dict_value_desc(PyObject *Dict,
                                            ReadDescriptor *D) {
-  PyObject *V = gj_rt_dict_value_cached(Dict, D->Int, &D->Memo);
-  return V && fusedChecksPass(V, D) ? V : nullptr;
+  if (memoHit(Dict, &D->Memo) && fusedChecksPassQuick(D->Memo.Value, D))
+    return D->Memo.Value;
+  return memoDescSlow(Dict, D, [](PyObject *Dict, ReadDescriptor *D) {
+    return gj_rt_dict_value_fill(Dict, D->Int, &D->Memo);
+  });
 }
 
 extern "C" PyObject *gj_rt_getattr_desc(PyObject *Obj, ReadDescriptor *D) {
-  PyObject *V = gj_rt_getattr_cached(Obj, D->Key, &D->Memo);
+  PyObject *V = getattrCached(Obj, D->Key, &D->Memo);
   if (!V)
     return nullptr;
   bool Pass = fusedChecksPass(V, D);
@@ -645,9 +681,20 @@ extern "C" PyObject *gj_rt_getattr_desc(PyObject *Obj, ReadDescriptor *D) {
   return Pass ? V : nullptr;
 }
 
-extern "C" PyObject *gj_rt_code_desc(PyObject *Fn, ReadDescriptor *D) {
+__attribute__((noinline)) static PyObject *codeDescSlow(PyObject *Fn,
+                                                        ReadDescriptor *D) {
   PyObject *V = gj_rt_code(Fn);
   return V && fusedChecksPass(V, D) ? V : nullptr;
+}
+
+extern "C" PyObject *gj_rt_code_desc(PyObject *Fn, ReadDescriptor *D) {
+  // A plain function first, from a leaf: what gj_rt_code returns for it.
+  if (Py_TYPE(Fn) == &PyFunction_Type) {
+    PyObject *V = PyFunction_GET_CODE(Fn);
+    if (V && fusedChecksPassQuick(V, D))
+      return V;
+  }
+  return codeDescSlow(Fn, D);
 }
 
 extern "C" PyObject *gj_rt_get_item_desc(PyObject *Obj, ReadDescriptor *D) {
@@ -661,8 +708,9 @@ extern "C" PyObject *gj_rt_get_item_desc(PyObject *Obj, ReadDescriptor *D) {
 }
 
 extern "C" int gj_rt_dict_contains_desc(PyObject *Dict, ReadDescriptor *D) {
-  return gj_rt_dict_contains_cached(Dict, D->Key, static_cast<int>(D->Int),
-                                    &D->Memo);
+  return memoHit(Dict, &D->Memo) ||
+         gj_rt_dict_contains_fill(Dict, D->Key, static_cast<int>(D->Int),
+                                  &D->Memo);
 }
 
 extern "C" int gj_rt_read_run(PyObject *Parent, ReadDescriptor *D,
