@@ -176,9 +176,9 @@ llvm::Value *Lowerer::emitMemoRead(ValueId Id, llvm::Value *Dict,
                                    Type *ArgTy, llvm::Value *Arg,
                                    const std::string &Name) {
   llvm::Value *Slot = valueMemo(Id);
-  if (CallMemo)
-    return B.CreateCall(helper(Whole, PtrTy, {PtrTy, ArgTy, PtrTy}),
-                        {Dict, Arg, Slot}, Name);
+  if (CallMemo) // the key or index is in the slot's ReadDescriptor
+    return B.CreateCall(helper(Whole, PtrTy, {PtrTy, PtrTy}), {Dict, Slot},
+                        Name);
   if (Compact) {
     // The hit test and the slot's value in the current block, one branch
     // to the fill call: three blocks where emitMemoTest makes six.
@@ -226,6 +226,9 @@ llvm::Value *Lowerer::emitMemoRead(ValueId Id, llvm::Value *Dict,
 llvm::Value *Lowerer::emitGetAttr(ValueId Id, llvm::Value *Parent,
                                   const std::string &Name) {
   const guardjit::Value &V = S.value(Id);
+  if (CallMemo) // the name is in the slot's ReadDescriptor
+    return B.CreateCall(helper("gj_rt_getattr_desc", PtrTy, {PtrTy, PtrTy}),
+                        {Parent, valueMemo(Id)}, Name);
   if (Compact) // the same three ways, ahead of time
     return B.CreateCall(
         helper("gj_rt_getattr_cached", PtrTy, {PtrTy, PtrTy, PtrTy}),
@@ -327,7 +330,7 @@ void Lowerer::emitValue(ValueId Id, LoweringStats &Stats) {
   case AccessorKind::DictGetItem:
     assert(accessorUsesDictCache(V.Kind) && !accessorReturnsNewRef(V.Kind));
     Result = emitMemoRead(Id, Parent, "gj_rt_dict_get_item_fill",
-                          "gj_rt_dict_get_item_cached", PtrTy, object(V.Key),
+                          "gj_rt_dict_get_item_desc", PtrTy, object(V.Key),
                           Name);
     break;
   case AccessorKind::GenericDict:
@@ -342,12 +345,20 @@ void Lowerer::emitValue(ValueId Id, LoweringStats &Stats) {
                      {Parent, object(V.Key)}, Name);
     break;
   case AccessorKind::Code:
-    Result = B.CreateCall(helper("gj_rt_code", PtrTy, {PtrTy}), {Parent},
-                          Name);
+    Result = CallMemo // with the fused guards' checks (ReadDescriptor)
+                 ? B.CreateCall(helper("gj_rt_code_desc", PtrTy, {PtrTy, PtrTy}),
+                                {Parent, valueMemo(Id)}, Name)
+                 : B.CreateCall(helper("gj_rt_code", PtrTy, {PtrTy}), {Parent},
+                                Name);
     break;
   case AccessorKind::GetItem:
-    Result = B.CreateCall(helper("gj_rt_get_item", PtrTy, {PtrTy, PtrTy}),
-                          {Parent, object(V.Key)}, Name);
+    Result = CallMemo // the key in the ReadDescriptor
+                 ? B.CreateCall(
+                       helper("gj_rt_get_item_desc", PtrTy, {PtrTy, PtrTy}),
+                       {Parent, valueMemo(Id)}, Name)
+                 : B.CreateCall(
+                       helper("gj_rt_get_item", PtrTy, {PtrTy, PtrTy}),
+                       {Parent, object(V.Key)}, Name);
     break;
   case AccessorKind::Closure:
   case AccessorKind::FuncDefaults:
@@ -416,15 +427,33 @@ void Lowerer::emitValue(ValueId Id, LoweringStats &Stats) {
                               ? "gj_rt_dict_key_fill"
                               : "gj_rt_dict_value_fill",
                           V.Kind == AccessorKind::DictKey
-                              ? "gj_rt_dict_key_cached"
-                              : "gj_rt_dict_value_cached",
+                              ? "gj_rt_dict_key_desc"
+                              : "gj_rt_dict_value_desc",
                           I64, ConstantInt::get(I64, V.Index), Name);
     break;
   }
   Vals[Id] = Result;
   // A NULL read fails the set; the failure does not own the NULL.
   failUnless(B.CreateIsNotNull(Result, Name + ".ok"));
-  if (accessorReturnsNewRef(V.Kind)) {
+  if (accessorReturnsNewRef(V.Kind) && CallMemo && !Released[Id]) {
+    // Two stores instead of a cleanup block and a release on success (each
+    // a call): the array slot and the count that "fail.release" reads.
+    beginBlock(Name + ".owned");
+    uint64_t K = NewRefs.size();
+    B.CreateAlignedStore(
+        Result, B.CreateConstInBoundsGEP1_64(PtrTy, RefArray, K), Align(8));
+    B.CreateAlignedStore(ConstantInt::get(I64, K + 1), RefCount, Align(8));
+    if (!RefFail) {
+      RefFail = BasicBlock::Create(Ctx, "fail.release", F);
+      IRBuilder<> RB(RefFail);
+      RB.CreateCall(helper("gj_rt_decref_array", RB.getVoidTy(), {PtrTy, I64}),
+                    {RefArray, RB.CreateAlignedLoad(I64, RefCount, Align(8))});
+      RB.CreateBr(FailTarget);
+      FailTarget = RefFail;
+      ReleaseBlocks.push_back(RefFail);
+    }
+    NewRefs.emplace_back(Id, Result);
+  } else if (accessorReturnsNewRef(V.Kind) && !CallMemo) {
     // From here on a failure must release this reference: give it its own
     // cleanup block in front of the chain.
     beginBlock(Name + ".owned");
@@ -436,6 +465,40 @@ void Lowerer::emitValue(ValueId Id, LoweringStats &Stats) {
     ReleaseBlocks.push_back(Release);
     NewRefs.emplace_back(Id, Result);
   }
+}
+
+void Lowerer::emitReadRun(ValueId First, size_t N, LoweringStats &Stats) {
+  // The descriptors of First.. are contiguous: bind gives each value its
+  // slot in id order, followed by its DICT_CONTAINS slots, and a read in a
+  // run has none (that guard would read it).
+  assert(!BS || BS->readDescriptor(First + N - 1) ==
+                    BS->readDescriptor(First) + (N - 1));
+  std::string P = prefix('v', First);
+  beginBlock(P + ".read_run");
+  llvm::Value *Ok = B.CreateCall(
+      helper("gj_rt_read_run", I32, {PtrTy, PtrTy, I64}),
+      {Vals[S.value(First).Parent], valueMemo(First), ConstantInt::get(I64, N)},
+      P + ".run");
+  failUnless(isTrue(Ok));
+  (void)Stats; // helper reads are counted nowhere, as in emitValue
+}
+
+void Lowerer::emitDictContainsRun(ArrayRef<size_t> Indices,
+                                  LoweringStats &Stats) {
+  const Guard &G = S.guards()[Indices.front()];
+  // Consecutive DICT_CONTAINS guards of one value: consecutive slots (bind).
+  assert(!BS || BS->guardDescriptor(Indices.back()) ==
+                    BS->guardDescriptor(Indices.front()) +
+                        (Indices.size() - 1));
+  std::string P = prefix('g', Indices.front());
+  beginBlock(P + ".dict_contains_run");
+  Stats.NumHelpers += Indices.size();
+  llvm::Value *Ok = B.CreateCall(
+      helper("gj_rt_dict_contains_run", I32, {PtrTy, PtrTy, I64}),
+      {Vals[G.Operands.front()], guardMemo(Indices.front()),
+       ConstantInt::get(I64, Indices.size())},
+      P + ".res");
+  failUnless(isTrue(Ok));
 }
 
 void Lowerer::emitRelease(llvm::Value *Obj) {

@@ -99,9 +99,8 @@ llvm::Value *Lowerer::emitLeafGuard(size_t Index, LoweringStats &Stats) {
     // (and records a pass after a pure probe).
     assert(guardUsesDictCache(G.Kind));
     llvm::Value *Slot = guardMemo(Index);
-    if (CallMemo) {
-      Ok = Call("gj_rt_dict_contains_cached", {PtrTy, PtrTy, I32, PtrTy},
-                {V, object(G.Object), ConstantInt::get(I32, G.Int != 0), Slot});
+    if (CallMemo) { // key and expected answer in the ReadDescriptor
+      Ok = Call("gj_rt_dict_contains_desc", {PtrTy, PtrTy}, {V, Slot});
       break;
     }
     BasicBlock *Hit, *Miss;

@@ -162,12 +162,20 @@ private:
   llvm::Value *emitMemoHit(llvm::Value *Slot, llvm::Value *Dict,
                            const std::string &Name);
   /// `Fill` is the miss helper, `Whole` the helper that makes the whole
-  /// read (LoweringOptions::CallMemo).
+  /// read through the slot's ReadDescriptor (LoweringOptions::CallMemo;
+  /// `Arg` is then in the descriptor).
   llvm::Value *emitMemoRead(ValueId Id, llvm::Value *Dict,
                             llvm::StringRef Fill, llvm::StringRef Whole,
                             llvm::Type *ArgTy, llvm::Value *Arg,
                             const std::string &Name);
   void emitRelease(llvm::Value *Obj);
+  /// CallMemo: the descriptor reads First..First+N-1 of one parent, each
+  /// read by nothing after its fused guards, as one gj_rt_read_run call.
+  void emitReadRun(ValueId First, size_t N, LoweringStats &Stats);
+  /// CallMemo: the DICT_CONTAINS guards Indices (one value, consecutive in
+  /// the schedule) as one gj_rt_dict_contains_run call.
+  void emitDictContainsRun(llvm::ArrayRef<size_t> Indices,
+                           LoweringStats &Stats);
 
   // --- Guards. emitGuard (Lowering.cpp) starts the guard's block and
   // dispatches; each emitter returns the guard's i1 "passes" condition, or
@@ -215,6 +223,20 @@ private:
   llvm::Value *FrameLocals = nullptr;
   llvm::Value *LocalStatePtr = nullptr;
   std::vector<llvm::Value *> Vals;
+  /// CallMemo: the guards checked inside their operand's descriptor read
+  /// (fusedReadGuards), emitted as nothing.
+  std::vector<bool> Fused;
+  /// CallMemo: the new references the descriptor read releases itself
+  /// (ReadDescriptor::Release): no cleanup for them.
+  std::vector<bool> Released;
+  /// CallMemo: per value, the length of the run of reads it starts
+  /// (emitReadRun), 0 or 1 for none.
+  std::vector<uint32_t> ReadRun;
+  /// CallMemo: the new references live in a frame array `RefArray` with
+  /// their count in `RefCount`; one block ("fail.release") releases them
+  /// on every failure after the first, one call on success.
+  llvm::Value *RefArray = nullptr, *RefCount = nullptr;
+  llvm::BasicBlock *RefFail = nullptr;
   /// Where a failure goes now: the cleanup block of the newest new reference.
   llvm::BasicBlock *FailTarget = nullptr;
   /// New references in acquisition order.

@@ -15,7 +15,10 @@
 // after the k-th new reference branches to "fail.release.vN" of that
 // reference, which releases it and falls into the one before, ending in the
 // common "fail" block. This keeps the function in SSA form with no allocas
-// and no null tests on the failure path.
+// and no null tests on the failure path. The first tier
+// (LoweringOptions::CallMemo) trades that for less code: its new references
+// go into a frame array with their count, released by one call on success
+// and by one "fail.release" block on every failure after the first.
 //
 //===----------------------------------------------------------------------===//
 #include "guardjit/JIT/Lowering.h"
@@ -46,12 +49,15 @@ static_assert(sizeof(LocalState) == 16 && alignof(LocalState) == 8 &&
                   offsetof(LocalState, Excluded) == 8,
               "LocalState is lowered as [2 x i64]");
 
-// The generated code reads DictReadCache slots as {ptr, i64, ptr}.
+// The generated code reads DictReadCache slots as {ptr, i64, ptr}; the
+// first tier passes the address of the ReadDescriptor around one.
 static_assert(sizeof(DictReadCache) == 24 &&
                   offsetof(DictReadCache, Dict) == 0 &&
                   offsetof(DictReadCache, Tag) == 8 &&
                   offsetof(DictReadCache, Value) == 16,
               "DictReadCache is lowered as {ptr, i64, ptr}");
+static_assert(offsetof(ReadDescriptor, Memo) == 0,
+              "a ReadDescriptor's address is its memo slot's");
 
 Lowerer::Lowerer(const GuardSet &S, const BoundGuardSet *BS, Module &M,
                  LoweringOptions Options, std::vector<TableSlot> *Table)
@@ -307,11 +313,79 @@ Expected<Function *> Lowerer::run(StringRef Name, LoweringStats &Stats) {
   Stats.NumGuards = Guards.size();
   for (size_t I : Ambient)
     emitGuard(I, Stats);
+  // The first tier checks the simple guards right after a memoized read
+  // inside the read's helper (ReadDescriptor): no code for them.
+  // Runs of such reads of one parent that nothing reads afterwards, and
+  // runs of DICT_CONTAINS on one value, are one call over their
+  // descriptors each (gj_rt_read_run, gj_rt_dict_contains_run).
+  if (CallMemo) {
+    Fused = fusedReadGuards(S, &Released);
+    std::vector<bool> Dead(NumValues, false);
+    for (ValueId Id = 1; Id < NumValues; ++Id)
+      Dead[Id] = accessorHasReadDescriptor(S.value(Id).Kind);
+    for (ValueId Id = 1; Id < NumValues; ++Id)
+      Dead[S.value(Id).Parent] = false;
+    for (size_t I = 0; I < Guards.size(); ++I)
+      if (!Fused[I])
+        for (ValueId Op : Guards[I].Operands)
+          Dead[Op] = false;
+    // The frame array of the new references that stay (not Released).
+    uint64_t NumNewRefs = 0;
+    for (ValueId Id = 1; Id < NumValues; ++Id)
+      NumNewRefs += accessorReturnsNewRef(S.value(Id).Kind) && !Released[Id];
+    if (NumNewRefs) {
+      IRBuilder<> EB(&F->getEntryBlock(), F->getEntryBlock().begin());
+      RefArray = EB.CreateAlloca(ArrayType::get(PtrTy, NumNewRefs), nullptr,
+                                 "new_refs");
+      RefCount = EB.CreateAlloca(I64, nullptr, "new_refs.count");
+    }
+    ReadRun.assign(NumValues, 0);
+    for (ValueId Id = 1; Id < NumValues;) {
+      ValueId End = Id;
+      while (End < NumValues && Dead[End] &&
+             S.value(End).Parent == S.value(Id).Parent)
+        ++End;
+      if (End == Id) {
+        ++Id;
+        continue;
+      }
+      ReadRun[Id] = End - Id;
+      Id = End;
+    }
+  }
   for (ValueId Id = 0; Id < NumValues; ++Id) {
+    if (Id != 0 && CallMemo && ReadRun[Id] > 1) {
+      emitReadRun(Id, ReadRun[Id], Stats);
+      for (ValueId K = Id; K < Id + ReadRun[Id]; ++K)
+        for (size_t I : After[K]) {
+          assert(Fused[I] && "a read in a run has no guard left");
+          ++Stats.NumHelpers;
+        }
+      Id += ReadRun[Id] - 1;
+      continue;
+    }
     if (Id != 0)
       emitValue(Id, Stats);
-    for (size_t I : After[Id])
+    const std::vector<size_t> &Here = After[Id];
+    for (size_t J = 0; J < Here.size(); ++J) {
+      size_t I = Here[J];
+      if (CallMemo && Fused[I]) {
+        ++Stats.NumHelpers;
+        continue;
+      }
+      if (CallMemo && Guards[I].Kind == GuardKind::DictContains) {
+        size_t E = J + 1;
+        while (E < Here.size() &&
+               Guards[Here[E]].Kind == GuardKind::DictContains)
+          ++E;
+        if (E - J > 1) {
+          emitDictContainsRun(ArrayRef<size_t>(Here).slice(J, E - J), Stats);
+          J = E - 1;
+          continue;
+        }
+      }
       emitGuard(I, Stats);
+    }
   }
   emitFusedAliasing(Aliasing, Stats);
   for (size_t I : Shape)
@@ -321,8 +395,12 @@ Expected<Function *> Lowerer::run(StringRef Name, LoweringStats &Stats) {
 
   // 5. Success releases every new reference, newest first.
   beginBlock("pass");
-  for (auto It = NewRefs.rbegin(); It != NewRefs.rend(); ++It)
-    emitRelease(It->second);
+  if (CallMemo && !NewRefs.empty())
+    B.CreateCall(helper("gj_rt_decref_array", B.getVoidTy(), {PtrTy, I64}),
+                 {RefArray, ConstantInt::get(I64, NewRefs.size())});
+  else
+    for (auto It = NewRefs.rbegin(); It != NewRefs.rend(); ++It)
+      emitRelease(It->second);
   B.CreateRet(ConstantInt::get(I32, 1));
 
   // The cleanup chain goes last, newest reference first, so the hot path is
@@ -419,7 +497,7 @@ const void *tableSlotAddress(const BoundGuardSet &Set, TableSlot Slot,
     break;
   case TableSlot::ValueMemo:
     if ((Ok = Slot.Index < S.values().size()))
-      Address = Set.dictCache(Slot.Index);
+      Address = Set.readDescriptor(Slot.Index);
     break;
   case TableSlot::GuardMemo:
     if ((Ok = Slot.Index < S.guards().size()))
@@ -472,6 +550,15 @@ ArrayRef<RuntimeSymbol> runtimeSymbols() {
       GJ_SYM(gj_rt_dict_key_cached),
       GJ_SYM(gj_rt_dict_value_cached),
       GJ_SYM(gj_rt_getattr_cached),
+      GJ_SYM(gj_rt_dict_get_item_desc),
+      GJ_SYM(gj_rt_dict_key_desc),
+      GJ_SYM(gj_rt_dict_value_desc),
+      GJ_SYM(gj_rt_getattr_desc),
+      GJ_SYM(gj_rt_dict_contains_desc),
+      GJ_SYM(gj_rt_code_desc),
+      GJ_SYM(gj_rt_get_item_desc),
+      GJ_SYM(gj_rt_read_run),
+      GJ_SYM(gj_rt_dict_contains_run),
       GJ_SYM(gj_rt_closure),
       GJ_SYM(gj_rt_func_defaults),
       GJ_SYM(gj_rt_func_kwdefaults),
@@ -482,6 +569,7 @@ ArrayRef<RuntimeSymbol> runtimeSymbols() {
       GJ_SYM(gj_rt_weakref_call),
       GJ_SYM(gj_rt_global_weakref),
       GJ_SYM(gj_rt_decref),
+      GJ_SYM(gj_rt_decref_array),
       GJ_SYM(gj_rt_float_is_nan),
       GJ_SYM(gj_rt_complex_is_nan),
       GJ_SYM(gj_rt_dict_version),

@@ -13,6 +13,7 @@
 #include "guardjit/Runtime/TorchHooks.h"
 
 #include <algorithm>
+#include <cassert>
 #include <string>
 
 using namespace guardjit;
@@ -250,12 +251,66 @@ BoundGuardSet::bind(std::shared_ptr<const GuardSet> SetPtr,
           .push_back(static_cast<uint32_t>(I));
   uint32_t NumMemos = 0;
   for (ValueId V = 0; V < S.values().size(); ++V) {
-    if (accessorUsesDictCache(S.value(V).Kind))
+    if (accessorHasReadDescriptor(S.value(V).Kind))
       B->ValueMemo[V] = NumMemos++;
     for (uint32_t G : GuardsAfter[V])
       B->GuardMemo[G] = NumMemos++;
   }
-  B->Memos = std::make_unique<DictReadCache[]>(NumMemos);
+  B->Memos = std::make_unique<ReadDescriptor[]>(NumMemos);
+  // Their descriptors (ReadDescriptor): the read's operands, the checks of
+  // the guards fused into it. From the IR and the objects only, so that
+  // code cached by another process reads the same thing.
+  for (ValueId V = 0; V < S.values().size(); ++V) {
+    if (B->ValueMemo[V] == NoMemo)
+      continue;
+    const Value &Val = S.value(V);
+    ReadDescriptor &D = B->Memos[B->ValueMemo[V]];
+    if (accessorReadsKey(Val.Kind))
+      D.Key = B->Objects[Val.Key];
+    D.Int = Val.Index;
+    D.Accessor = static_cast<int64_t>(Val.Kind);
+  }
+  std::vector<bool> Released;
+  std::vector<bool> Fused = fusedReadGuards(S, &Released);
+  for (ValueId V = 0; V < S.values().size(); ++V)
+    if (Released[V])
+      B->Memos[B->ValueMemo[V]].Release = 1;
+  for (size_t I = 0; I < Guards.size(); ++I) {
+    const Guard &G = Guards[I];
+    if (B->GuardMemo[I] != NoMemo) {
+      ReadDescriptor &D = B->Memos[B->GuardMemo[I]];
+      D.Key = B->Objects[G.Object];
+      D.Int = G.Int != 0;
+    }
+    if (!Fused[I])
+      continue;
+    ReadDescriptor &D = B->Memos[B->ValueMemo[G.Operands.front()]];
+    switch (G.Kind) {
+    case GuardKind::TypeMatch:
+      D.Type = B->Objects[G.Object];
+      break;
+    case GuardKind::IdMatch:
+      D.Is = B->Objects[G.Object];
+      break;
+    case GuardKind::NoneMatch:
+      D.Is = Py_None;
+      break;
+    case GuardKind::TrueMatch:
+      D.Is = Py_True;
+      break;
+    case GuardKind::FalseMatch:
+      D.Is = Py_False;
+      break;
+    case GuardKind::NotNone:
+      D.IsNot = Py_None;
+      break;
+    case GuardKind::EqualsMatch:
+      D.Equals = B->Objects[G.Object];
+      break;
+    default:
+      assert(false && "fusedReadGuards fuses no other kind");
+    }
+  }
 
   // Recorded-object slots (subtree skipping's residual sets), all null.
   size_t NumRecorded = 0;

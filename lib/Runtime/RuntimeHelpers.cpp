@@ -32,12 +32,108 @@ bool guardjit::accessorUsesDictCache(AccessorKind K) {
          K == AccessorKind::GetAttr;
 }
 
+bool guardjit::accessorHasReadDescriptor(AccessorKind K) {
+  return accessorUsesDictCache(K) || K == AccessorKind::Code ||
+         K == AccessorKind::GetItem;
+}
+
 bool guardjit::guardNeedsLocalState(GuardKind K) {
   return K == GuardKind::TensorMatch || K == GuardKind::DispatchKeySetMatch;
 }
 
 bool guardjit::guardUsesDictCache(GuardKind K) {
   return K == GuardKind::DictContains;
+}
+
+std::vector<bool> guardjit::fusedReadGuards(const GuardSet &S,
+                                            std::vector<bool> *ReleasedReads) {
+  const std::vector<Guard> &Guards = S.guards();
+  const size_t NumValues = S.values().size();
+  const size_t NumObjects = S.objects().size();
+  std::vector<bool> Fused(Guards.size(), false);
+  // The lowering's schedule (Lowering.cpp, step 3): each guard right after
+  // its last operand, in IR order; shape, aliasing and epilogue guards and
+  // those without operands elsewhere.
+  std::vector<std::vector<uint32_t>> After(NumValues);
+  for (size_t I = 0; I < Guards.size(); ++I) {
+    const Guard &G = Guards[I];
+    if (G.Kind == GuardKind::EpilogueLambda || G.Kind == GuardKind::ShapeExpr ||
+        G.Kind == GuardKind::ObjectAliasing || G.Operands.empty())
+      continue;
+    ValueId Last = *std::max_element(G.Operands.begin(), G.Operands.end());
+    if (Last < NumValues)
+      After[Last].push_back(static_cast<uint32_t>(I));
+  }
+  // Targets as object ids, CPython's singletons below zero.
+  constexpr int64_t None = -1, True = -2, False = -3, Unset = INT64_MIN;
+  for (ValueId V = 1; V < NumValues; ++V) {
+    if (!accessorHasReadDescriptor(S.value(V).Kind))
+      continue;
+    int64_t Type = Unset, Is = Unset, Equals = Unset;
+    bool IsNot = false;
+    // Sets `Field` to `Target` unless it holds another one.
+    auto Claim = [](int64_t &Field, int64_t Target) {
+      if (Field != Unset && Field != Target)
+        return false;
+      Field = Target;
+      return true;
+    };
+    for (uint32_t I : After[V]) {
+      const Guard &G = Guards[I];
+      if (G.Operands.size() != 1 || G.Operands[0] != V)
+        break;
+      bool HasObject = G.Object < NumObjects;
+      bool Ok = false;
+      switch (G.Kind) {
+      case GuardKind::TypeMatch:
+        Ok = HasObject && Claim(Type, G.Object);
+        break;
+      case GuardKind::IdMatch:
+        Ok = HasObject && Claim(Is, G.Object);
+        break;
+      case GuardKind::NoneMatch:
+        Ok = Claim(Is, None);
+        break;
+      case GuardKind::TrueMatch:
+        Ok = Claim(Is, True);
+        break;
+      case GuardKind::FalseMatch:
+        Ok = Claim(Is, False);
+        break;
+      case GuardKind::NotNone:
+        Ok = IsNot = true;
+        break;
+      case GuardKind::EqualsMatch:
+        // The only one with a side effect (a user __eq__), so the last one
+        // of the run: the helper tests it after the pure checks.
+        Ok = HasObject && Claim(Equals, G.Object);
+        break;
+      default:
+        break;
+      }
+      if (!Ok)
+        break;
+      Fused[I] = true;
+      if (G.Kind == GuardKind::EqualsMatch)
+        break;
+    }
+  }
+  if (ReleasedReads) {
+    std::vector<bool> &Released = *ReleasedReads;
+    Released.assign(NumValues, false);
+    for (ValueId V = 1; V < NumValues; ++V)
+      Released[V] = accessorHasReadDescriptor(S.value(V).Kind) &&
+                    accessorReturnsNewRef(S.value(V).Kind);
+    for (ValueId V = 1; V < NumValues; ++V)
+      if (S.value(V).Parent < NumValues)
+        Released[S.value(V).Parent] = false;
+    for (size_t I = 0; I < Guards.size(); ++I)
+      if (!Fused[I])
+        for (ValueId Op : Guards[I].Operands)
+          if (Op < NumValues)
+            Released[Op] = false;
+  }
+  return Fused;
 }
 
 /// Whether a probe of exact dict `D` for exact-str key was pure and left the
@@ -204,8 +300,11 @@ extern "C" PyObject *gj_rt_module_getattr_fill(PyObject *Module,
   return gj_rt_getattr(Module, Name);
 }
 
-extern "C" PyObject *gj_rt_getattr_cached(PyObject *Obj, PyObject *Name,
-                                          DictReadCache *Cache) {
+/// gj_rt_getattr_cached, inlinable into the descriptor helpers (an
+/// exported function of a shared library is not inlined: it could be
+/// interposed).
+static inline PyObject *getattrCached(PyObject *Obj, PyObject *Name,
+                                      DictReadCache *Cache) {
   if (Py_TYPE(Obj) == &PyModule_Type) {
     PyObject *Dict = *reinterpret_cast<PyObject **>(
         reinterpret_cast<char *>(Obj) + abi::ModuleDictOffset);
@@ -217,6 +316,11 @@ extern "C" PyObject *gj_rt_getattr_cached(PyObject *Obj, PyObject *Name,
     }
   }
   return gj_rt_getattr(Obj, Name);
+}
+
+extern "C" PyObject *gj_rt_getattr_cached(PyObject *Obj, PyObject *Name,
+                                          DictReadCache *Cache) {
+  return getattrCached(Obj, Name, Cache);
 }
 
 extern "C" PyObject *gj_rt_generic_getattr(PyObject *Obj, PyObject *Name) {
@@ -433,6 +537,11 @@ extern "C" PyObject *gj_rt_global_weakref(PyObject *Globals, PyObject *Name) {
 
 extern "C" void gj_rt_decref(PyObject *Obj) { Py_DECREF(Obj); }
 
+extern "C" void gj_rt_decref_array(PyObject *const *Objs, int64_t N) {
+  for (int64_t I = N; I-- > 0;)
+    Py_DECREF(Objs[I]);
+}
+
 //===----------------------------------------------------------------------===//
 // Leaf guards
 //===----------------------------------------------------------------------===//
@@ -507,6 +616,142 @@ extern "C" int gj_rt_dict_contains_cached(PyObject *Dict, PyObject *Key,
   if (memoHit(Dict, Cache))
     return 1;
   return gj_rt_dict_contains_fill(Dict, Key, Expected, Cache);
+}
+
+/// The checks of the guards fused into a descriptor read (fusedReadGuards),
+/// EQUALS_MATCH last: it alone may run Python code.
+static inline bool fusedChecksPass(PyObject *V, const ReadDescriptor *D) {
+  return (!D->Type || reinterpret_cast<PyObject *>(Py_TYPE(V)) == D->Type) &&
+         (!D->Is || V == D->Is) && (!D->IsNot || V != D->IsNot) &&
+         (!D->Equals || V == D->Equals || gj_rt_equals_match(V, D->Equals));
+}
+
+/// The fused checks that need no call (EQUALS_MATCH only by identity): a
+/// memo hit that passes them returns from a leaf, without saving registers.
+static inline bool fusedChecksPassQuick(PyObject *V, const ReadDescriptor *D) {
+  return (!D->Type || reinterpret_cast<PyObject *>(Py_TYPE(V)) == D->Type) &&
+         (!D->Is || V == D->Is) && (!D->IsNot || V != D->IsNot) &&
+         (!D->Equals || V == D->Equals);
+}
+
+/// The slow paths of the memoized descriptor reads, out of line: the fill
+/// (the probe) and every fused check.
+__attribute__((noinline)) static PyObject *
+memoDescSlow(PyObject *Dict, ReadDescriptor *D,
+             PyObject *(*Fill)(PyObject *, ReadDescriptor *)) {
+  PyObject *V = memoHit(Dict, &D->Memo) ? D->Memo.Value : Fill(Dict, D);
+  return V && fusedChecksPass(V, D) ? V : nullptr;
+}
+
+// The hit tests here, not through the *_cached helpers: exported functions
+// are not inlined (see getattrCached).
+extern "C" PyObject *gj_rt_dict_get_item_desc(PyObject *Dict,
+                                              ReadDescriptor *D) {
+  if (memoHit(Dict, &D->Memo) && fusedChecksPassQuick(D->Memo.Value, D))
+    return D->Memo.Value;
+  return memoDescSlow(Dict, D, [](PyObject *Dict, ReadDescriptor *D) {
+    return gj_rt_dict_get_item_fill(Dict, D->Key, &D->Memo);
+  });
+}
+
+extern "C" PyObject *gj_rt_dict_key_desc(PyObject *Dict, ReadDescriptor *D) {
+  if (memoHit(Dict, &D->Memo) && fusedChecksPassQuick(D->Memo.Value, D))
+    return D->Memo.Value;
+  return memoDescSlow(Dict, D, [](PyObject *Dict, ReadDescriptor *D) {
+    return gj_rt_dict_key_fill(Dict, D->Int, &D->Memo);
+  });
+}
+
+extern "C" PyObject *gj_rt_dict_value_desc(PyObject *Dict,
+                                           ReadDescriptor *D) {
+  if (memoHit(Dict, &D->Memo) && fusedChecksPassQuick(D->Memo.Value, D))
+    return D->Memo.Value;
+  return memoDescSlow(Dict, D, [](PyObject *Dict, ReadDescriptor *D) {
+    return gj_rt_dict_value_fill(Dict, D->Int, &D->Memo);
+  });
+}
+
+extern "C" PyObject *gj_rt_getattr_desc(PyObject *Obj, ReadDescriptor *D) {
+  PyObject *V = getattrCached(Obj, D->Key, &D->Memo);
+  if (!V)
+    return nullptr;
+  bool Pass = fusedChecksPass(V, D);
+  if (!Pass || D->Release) // a failed read owns nothing; see Release
+    Py_DECREF(V);
+  return Pass ? V : nullptr;
+}
+
+__attribute__((noinline)) static PyObject *codeDescSlow(PyObject *Fn,
+                                                        ReadDescriptor *D) {
+  PyObject *V = gj_rt_code(Fn);
+  return V && fusedChecksPass(V, D) ? V : nullptr;
+}
+
+extern "C" PyObject *gj_rt_code_desc(PyObject *Fn, ReadDescriptor *D) {
+  // A plain function first, from a leaf: what gj_rt_code returns for it.
+  if (Py_TYPE(Fn) == &PyFunction_Type) {
+    PyObject *V = PyFunction_GET_CODE(Fn);
+    if (V && fusedChecksPassQuick(V, D))
+      return V;
+  }
+  return codeDescSlow(Fn, D);
+}
+
+extern "C" PyObject *gj_rt_get_item_desc(PyObject *Obj, ReadDescriptor *D) {
+  PyObject *V = gj_rt_get_item(Obj, D->Key);
+  if (!V)
+    return nullptr;
+  bool Pass = fusedChecksPass(V, D);
+  if (!Pass || D->Release)
+    Py_DECREF(V);
+  return Pass ? V : nullptr;
+}
+
+extern "C" int gj_rt_dict_contains_desc(PyObject *Dict, ReadDescriptor *D) {
+  return memoHit(Dict, &D->Memo) ||
+         gj_rt_dict_contains_fill(Dict, D->Key, static_cast<int>(D->Int),
+                                  &D->Memo);
+}
+
+extern "C" int gj_rt_read_run(PyObject *Parent, ReadDescriptor *D,
+                              int64_t N) {
+  for (int64_t I = 0; I < N; ++I, ++D) {
+    PyObject *V = nullptr;
+    switch (static_cast<AccessorKind>(D->Accessor)) {
+    case AccessorKind::FrameLocal:
+    case AccessorKind::DictGetItem:
+      V = gj_rt_dict_get_item_desc(Parent, D);
+      break;
+    case AccessorKind::DictKey:
+      V = gj_rt_dict_key_desc(Parent, D);
+      break;
+    case AccessorKind::DictValue:
+      V = gj_rt_dict_value_desc(Parent, D);
+      break;
+    case AccessorKind::GetAttr:
+      V = gj_rt_getattr_desc(Parent, D); // released: ReadDescriptor::Release
+      break;
+    case AccessorKind::Code:
+      V = gj_rt_code_desc(Parent, D);
+      break;
+    case AccessorKind::GetItem:
+      V = gj_rt_get_item_desc(Parent, D);
+      break;
+    default:
+      return 0; // not a descriptor read: bind and the lowering disagree
+    }
+    if (!V)
+      return 0;
+  }
+  return 1;
+}
+
+extern "C" int gj_rt_dict_contains_run(PyObject *Dict, ReadDescriptor *D,
+                                       int64_t N) {
+  for (int64_t I = 0; I < N; ++I, ++D)
+    if (!gj_rt_dict_contains_desc(Dict, D))
+      return 0;
+  return 1;
 }
 
 extern "C" int gj_rt_no_hasattr(PyObject *Value, PyObject *Name) {

@@ -19,7 +19,10 @@
 // gj_rt_* helpers of Runtime/RuntimeHelpers.h by name. With
 // LoweringOptions::Compact the memo tests are branch-free and the module
 // attribute, __dict__ and LENGTH_CHECK fast paths are helper calls (the
-// helpers make the same tests ahead of time): about a third of the IR.
+// helpers make the same tests ahead of time): about a third of the IR. With
+// LoweringOptions::CallMemo (the first tier) reads go through one
+// ReadDescriptor pointer each, and the simple guards after them are checked
+// inside the read's helper.
 //
 //===----------------------------------------------------------------------===//
 #ifndef GUARDJIT_JIT_LOWERING_H
@@ -67,9 +70,16 @@ struct LoweringOptions {
   /// ID_MATCH, None/True/False, type(), tuple/list items, EQUALS_MATCH's
   /// identity, memo hits, fused aliasing) stay inline either way.
   bool Compact = false;
-  /// Compact, and the memo tests too are calls (gj_rt_*_cached): about half
-  /// of Compact's IR and machine code again, for one call (a few ns) per
-  /// memoized read that hits.
+  /// Compact, and the memoized reads, __code__ and getitem reads and
+  /// DICT_CONTAINS are whole calls taking one pointer, their ReadDescriptor
+  /// (gj_rt_*_desc: the key, index or expected answer is in it). The simple
+  /// guards that follow such a read (TYPE_MATCH, ID_MATCH, None/True/False,
+  /// NOT_NONE, EQUALS_MATCH; fusedReadGuards) are checked by its helper and
+  /// emit nothing; a new reference nothing else reads is released by it;
+  /// runs of such reads of one parent and of DICT_CONTAINS on one value are
+  /// one call over their contiguous descriptors (gj_rt_read_run,
+  /// gj_rt_dict_contains_run). About 0.55x the machine code of the memo
+  /// calls alone, for one call (a few ns) per memoized read that hits.
   bool CallMemo = false;
 };
 
@@ -101,7 +111,8 @@ struct TableSlot {
   enum SlotKind : uint8_t {
     Object,    ///< BoundGuardSet::object(Index)
     Payload,   ///< BoundGuardSet::payload(Index) (a guard index)
-    ValueMemo, ///< BoundGuardSet::dictCache(Index) (a value id)
+    ValueMemo, ///< BoundGuardSet::readDescriptor(Index) (a value id): its
+               ///< memo slot (dictCache) where it has one
     GuardMemo, ///< BoundGuardSet::guardCache(Index) (a guard index)
     Recorded,  ///< BoundGuardSet::recordedSlots() (Index 0)
   };

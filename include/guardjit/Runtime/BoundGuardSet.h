@@ -50,11 +50,25 @@ public:
   /// changes an answer; write it only with the GIL held. Native code bakes
   /// the slot addresses in, like the object addresses.
   DictReadCache *dictCache(ValueId Id) const {
-    return ValueMemo[Id] == NoMemo ? nullptr : &Memos[ValueMemo[Id]];
+    return ValueMemo[Id] == NoMemo ||
+                   !accessorUsesDictCache(Set->value(Id).Kind)
+               ? nullptr
+               : &Memos[ValueMemo[Id]].Memo;
   }
   /// The pass memo of guard `GuardIndex` (guardUsesDictCache), or nullptr:
   /// a hit means the guard passed on this same dict state before.
   DictReadCache *guardCache(size_t GuardIndex) const {
+    return GuardMemo[GuardIndex] == NoMemo ? nullptr
+                                           : &Memos[GuardMemo[GuardIndex]].Memo;
+  }
+  /// The descriptor of value `Id` (accessorHasReadDescriptor), around
+  /// dictCache(Id) when it has a memo (the same address), and of guard
+  /// `GuardIndex` around guardCache(GuardIndex): what the first tier's
+  /// *_desc helpers read. nullptr when there is none.
+  ReadDescriptor *readDescriptor(ValueId Id) const {
+    return ValueMemo[Id] == NoMemo ? nullptr : &Memos[ValueMemo[Id]];
+  }
+  ReadDescriptor *guardDescriptor(size_t GuardIndex) const {
     return GuardMemo[GuardIndex] == NoMemo ? nullptr
                                            : &Memos[GuardMemo[GuardIndex]];
   }
@@ -79,8 +93,9 @@ private:
   std::shared_ptr<const GuardSet> Set;
   std::vector<PyObject *> Objects;
   std::vector<void *> Payloads;
-  /// All memo slots, laid out in the order native code visits them.
-  std::unique_ptr<DictReadCache[]> Memos;
+  /// All memo slots with their descriptors, laid out in the order native
+  /// code visits them.
+  std::unique_ptr<ReadDescriptor[]> Memos;
   static constexpr uint32_t NoMemo = ~uint32_t(0);
   std::vector<uint32_t> ValueMemo; ///< per value: index into Memos or NoMemo
   std::vector<uint32_t> GuardMemo; ///< per guard: index into Memos or NoMemo

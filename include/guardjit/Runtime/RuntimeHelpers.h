@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace guardjit {
 /// Whether a guard of kind `K` reads the thread-local dispatch key state
@@ -34,6 +35,10 @@ bool accessorReturnsNewRef(AccessorKind K);
 /// code: FrameLocal and DictGetItem (PyDict_GetItem), DictKey and DictValue
 /// (the Index-th item in iteration order).
 bool accessorUsesDictCache(AccessorKind K);
+/// Whether values of accessor `K` have a ReadDescriptor (the first tier
+/// reads them through it): the memoized reads (accessorUsesDictCache), and
+/// __code__ and getitem reads, which have no memo but fused guards.
+bool accessorHasReadDescriptor(AccessorKind K);
 /// Whether guard kind `K` has a pass memo (a DictReadCache slot whose hit
 /// means "passed on this dict state"): DICT_CONTAINS.
 bool guardUsesDictCache(GuardKind K);
@@ -67,6 +72,52 @@ struct DictReadCache {
   uint64_t Tag = 0;
   PyObject *Value = nullptr;
 };
+
+/// A memoized read (or DICT_CONTAINS) as the first tier
+/// (LoweringOptions::CallMemo) calls it, through one pointer: the memo slot
+/// first (so the descriptor's address is the slot's), then the read's
+/// constant operands and the checks of the guards fused into the read
+/// (fusedReadGuards). Native code passes one address where it passed the
+/// key and the slot as two 64-bit immediates, and a fused guard costs no
+/// code at all. BoundGuardSet::bind fills every field from the IR and the
+/// bound objects alone, so relocatable code cached by another process finds
+/// the same descriptor; the BoundGuardSet owns it (it outlives the code).
+/// No field is a reference (the object table holds them).
+struct ReadDescriptor {
+  DictReadCache Memo;
+  /// The dict key or attribute name of the read, DICT_CONTAINS's key.
+  PyObject *Key = nullptr;
+  /// DictKey/DictValue: the index; DICT_CONTAINS: the expected answer (0/1).
+  int64_t Int = 0;
+  /// Fused TYPE_MATCH: the value's exact type must be `Type`.
+  PyObject *Type = nullptr;
+  /// Fused ID_MATCH / NONE_MATCH / TRUE_MATCH / FALSE_MATCH: the value must
+  /// be `Is`; fused NOT_NONE: it must not be `IsNot` (None).
+  PyObject *Is = nullptr;
+  PyObject *IsNot = nullptr;
+  /// Fused EQUALS_MATCH: `Equals` itself, or gj_rt_equals_match.
+  PyObject *Equals = nullptr;
+  /// A read of a new reference (getattr) that nothing reads after its
+  /// fused guards: the helper releases it and returns the (then borrowed,
+  /// never dereferenced) pointer as "passed".
+  int64_t Release = 0;
+  /// The AccessorKind of the read (gj_rt_read_run dispatches on it); -1 in
+  /// a guard's descriptor.
+  int64_t Accessor = -1;
+};
+
+/// Per guard of `S`, whether the first tier checks it inside the
+/// descriptor read of its operand (ReadDescriptor) instead of emitting it:
+/// the leading run of TYPE_MATCH, ID_MATCH, NONE/TRUE/FALSE_MATCH,
+/// NOT_NONE and EQUALS_MATCH guards that the lowering schedules right after
+/// a descriptor read (accessorHasReadDescriptor), each field at most once. Only
+/// guards that would run next anyway, in the same order of side effects
+/// (EQUALS_MATCH's __eq__ last). A pure function of the IR: bind and the
+/// lowering (in any process) agree on it. `ReleasedReads` (optional) gets,
+/// per value, whether it is such a read of a new reference that nothing
+/// else reads (no child value, no guard left): ReadDescriptor::Release.
+std::vector<bool> fusedReadGuards(const GuardSet &S,
+                                  std::vector<bool> *ReleasedReads = nullptr);
 } // namespace guardjit
 
 extern "C" {
@@ -139,6 +190,9 @@ PyObject *gj_rt_set_get_item(PyObject *Obj, Py_ssize_t Index); // NEW
 /// TUPLE_ITERATOR_LEN leaf it always installs on the same value first).
 PyObject *gj_rt_tuple_iterator_get_item(PyObject *It, Py_ssize_t Index);
 void gj_rt_decref(PyObject *Obj);
+/// Releases `Objs[N-1]` .. `Objs[0]` (newest first): the first tier's new
+/// references, kept in a frame array instead of a chain of release blocks.
+void gj_rt_decref_array(PyObject *const *Objs, int64_t N);
 
 // Leaf guards.
 int gj_rt_equals_match(PyObject *Value, PyObject *Constant);
@@ -153,6 +207,33 @@ int gj_rt_dict_contains_fill(PyObject *Dict, PyObject *Key, int Expected,
 /// gj_rt_dict_contains_fill.
 int gj_rt_dict_contains_cached(PyObject *Dict, PyObject *Key, int Expected,
                                guardjit::DictReadCache *Cache);
+/// The first tier's memoized reads through a ReadDescriptor (key, index
+/// and expected answer in it): the *_cached helper's answer, then the fused
+/// guards' checks (NULL or 0 when one fails; the getattr read releases its
+/// new reference then).
+PyObject *gj_rt_dict_get_item_desc(PyObject *Dict,
+                                   guardjit::ReadDescriptor *Desc);
+PyObject *gj_rt_dict_key_desc(PyObject *Dict, guardjit::ReadDescriptor *Desc);
+PyObject *gj_rt_dict_value_desc(PyObject *Dict,
+                                guardjit::ReadDescriptor *Desc);
+PyObject *gj_rt_getattr_desc(PyObject *Obj,
+                             guardjit::ReadDescriptor *Desc); // NEW
+int gj_rt_dict_contains_desc(PyObject *Dict, guardjit::ReadDescriptor *Desc);
+/// Runs of the first tier, one call for a table of steps: the descriptor
+/// reads `Desc[0..N)` of `Parent` (each read by nothing else after its
+/// fused guards: a borrowed value is dropped, a new one released), in
+/// order, until one fails; the DICT_CONTAINS guards `Desc[0..N)` on `Dict`,
+/// in order. 1 when all pass, else 0. The descriptors are contiguous in
+/// the BoundGuardSet (bind lays them out in the lowering's visiting order).
+int gj_rt_read_run(PyObject *Parent, guardjit::ReadDescriptor *Desc,
+                   int64_t N);
+int gj_rt_dict_contains_run(PyObject *Dict, guardjit::ReadDescriptor *Desc,
+                            int64_t N);
+/// gj_rt_code / gj_rt_get_item (the key in the descriptor) and the fused
+/// guards' checks.
+PyObject *gj_rt_code_desc(PyObject *Fn, guardjit::ReadDescriptor *Desc);
+PyObject *gj_rt_get_item_desc(PyObject *Obj,
+                              guardjit::ReadDescriptor *Desc); // NEW
 int gj_rt_no_hasattr(PyObject *Value, PyObject *Name);
 int gj_rt_float_is_nan(PyObject *Value);
 int gj_rt_complex_is_nan(PyObject *Value);

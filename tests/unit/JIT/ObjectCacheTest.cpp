@@ -42,18 +42,24 @@ Ref eval(const char *Expr) {
 }
 
 /// One guard of each kind of table slot the tests can bind without torch:
-/// objects, value memos (dict reads), guard memos (DICT_CONTAINS).
+/// objects, value memos (dict reads), guard memos (DICT_CONTAINS), and at O0
+/// the runs over contiguous descriptors (two DICT_CONTAINS of d, the reads
+/// d[k] and d.values()[0] with their fused guards).
 std::shared_ptr<GuardSet> buildSet(SetBuilder &SB, const char *Key = "k") {
   Ref IntType = eval("int");
+  Ref FloatType = eval("float");
   Ref Const = eval("3.5");
   ValueId X = SB.local("x");
   SB.guard(GuardKind::TypeMatch, {X}, SB.object(IntType.get(), ObjectKind::Type));
   SB.guard(GuardKind::NotNone, {SB.keyed(AccessorKind::GetAttr, X, "real")});
   ValueId D = SB.local("d");
   SB.guard(GuardKind::DictContains, {D}, SB.str(Key), /*Int=*/1);
+  SB.guard(GuardKind::DictContains, {D}, SB.str("m"), /*Int=*/0);
   ValueId K = SB.keyed(AccessorKind::DictGetItem, D, Key);
   SB.guard(GuardKind::EqualsMatch, {K},
            SB.object(Const.get(), ObjectKind::Constant, true));
+  SB.guard(GuardKind::TypeMatch, {SB.indexed(AccessorKind::DictValue, D, 0)},
+           SB.object(FloatType.get(), ObjectKind::Type));
   return SB.S;
 }
 
