@@ -6,6 +6,22 @@ import argparse
 import sys
 
 
+def _output_file(path: str) -> str:
+    """An argparse type for files written at the end of a run: the run
+    stops at once, with argparse's error, when the file could not be
+    written then (its folder is missing or not writable)."""
+    import os
+
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise argparse.ArgumentTypeError(f"{path} is a directory")
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"no such directory: {folder}")
+    if not os.access(folder, os.W_OK):
+        raise argparse.ArgumentTypeError(f"cannot write into {folder}")
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m guardjit",
@@ -23,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
                       default=list(DEFAULT_MODELS), help="models to run (default: all)")
     demo.add_argument("--backend", default="eager",
                       help="torch.compile backend (default: eager; guards are the same)")
-    demo.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    demo.add_argument("--json", metavar="FILE", type=_output_file, help="also write the results as JSON")
     demo.add_argument("--rounds", type=int, default=31, help="timing rounds (default: 31)")
     demo.add_argument("--opt-level", choices=("O0", "light", "O1", "O2"), default="O0",
                       help="level of the first native code, before the background tier-up "
@@ -63,10 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--repeats", type=int, default=None,
                        help="diffsets: processes per scenario and configuration, interleaved; "
                             "lookup µs is their median (default: 3, --quick: 1)")
-    bench.add_argument("--report", metavar="FILE.md",
+    bench.add_argument("--report", metavar="FILE.md", type=_output_file,
                        help="diffsets: write the Markdown report (table, rule, findings)")
-    bench.add_argument("--json", metavar="FILE", help="write the results as JSON")
-    bench.add_argument("--plot", metavar="FILE.png", help="write the plot (needs matplotlib)")
+    bench.add_argument("--json", metavar="FILE", type=_output_file, help="write the results as JSON")
+    bench.add_argument("--plot", metavar="FILE.png", type=_output_file, help="write the plot (needs matplotlib)")
     bench.add_argument("--quick", action="store_true",
                        help="smaller models, few rounds and orders, eager end to end (CI)")
     bench.add_argument("--backend", default=None,
@@ -142,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     fuzz.add_argument("--swap-batch", type=int, default=8, metavar="N",
                       help="cases a swapping callable serves at least, and until it reached O1, "
                            "before a fresh one (default: 8)")
-    fuzz.add_argument("--json", metavar="FILE", help="also write the summary as JSON")
+    fuzz.add_argument("--json", metavar="FILE", type=_output_file, help="also write the summary as JSON")
     fuzz.add_argument("--replay", metavar="FILE.py", help="replay a saved reproducer and exit")
     fuzz.add_argument("--no-progress", action="store_true", help="no progress bar")
 

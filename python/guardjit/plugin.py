@@ -81,9 +81,22 @@ class Unit:
     skip_declined: str = ""
 
 
+def _env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    """The environment variable ``name`` (lower case) when it is one of
+    ``choices``; else a warning in the guardjit log and ``default``."""
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    if value.lower() in choices:
+        return value.lower()
+    log.warning("%s=%r is not one of %s: using %r", name, value, ", ".join(choices), default)
+    return default
+
+
 @dataclasses.dataclass
 class Config:
-    mode: str = os.environ.get("GUARDJIT_MODE", "native")  # native | interpreter
+    mode: str = dataclasses.field(  # GUARDJIT_MODE
+        default_factory=lambda: _env_choice("GUARDJIT_MODE", "native", ("native", "interpreter")))
     # The first native code's level (O0 | light | O1 | O2): O0 compiles
     # fastest (docs/performance.md "Compile latency (issue 15)"), and the
     # tier-up replaces it. GUARDJIT_OPT sets it for the process.
@@ -100,7 +113,8 @@ class Config:
     # opt_level on Dynamo's compile thread, inside the first call).
     # GUARDJIT_FIRST_TIER sets it for the process.
     first_tier: str = dataclasses.field(
-        default_factory=lambda: os.environ.get("GUARDJIT_FIRST_TIER", "background"))
+        default_factory=lambda: _env_choice("GUARDJIT_FIRST_TIER", "background",
+                                            ("background", "sync")))
     route_all: bool = False  # convert every compile unit (guardjit.install)
     keep_units: bool = False  # keep Unit records (demo, tests, bench)
     keep_frame_locals: bool = False  # keep compile-time frame locals (demo)
@@ -123,7 +137,8 @@ class Config:
     # the process. torch's use_recursive_dict_tags_for_guards=True turns it
     # on whatever this says (subtree_skip_source()).
     subtree_skip: bool = dataclasses.field(
-        default_factory=lambda: os.environ.get("GUARDJIT_SUBTREE_SKIP", "1").lower()
+        default_factory=lambda: _env_choice(
+            "GUARDJIT_SUBTREE_SKIP", "1", ("1", "on", "true", "yes", "0", "off", "false", "no"))
         not in ("0", "off", "false", "no"))
 
 

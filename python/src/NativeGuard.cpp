@@ -1,6 +1,8 @@
 //===- NativeGuard.cpp - The callable Dynamo's root guard invokes ---------===//
 #include "NativeGuard.h"
 
+#include "Logging.h"
+
 #include "guardjit/JIT/Engine.h"
 
 namespace guardjit {
@@ -63,6 +65,14 @@ int runProbation(CheckTarget &T, CheckFn Fn, PyObject *FrameLocals) {
   if (!T.Distrusted) {
     T.Distrusted = true;
     ++Distrusted;
+    if (logEnabled(LogLevel::Warning))
+      logMessage(LogLevel::Warning,
+                 "the first call of new native code answered " +
+                     std::to_string(Native) + ", the interpreter " +
+                     std::to_string(Reference) +
+                     ": the unit keeps the interpreter (a JIT bug, or a "
+                     "guard whose Python code changes what the guards read, "
+                     "as both checks ran one after the other)");
     T.Fn.store(nullptr, std::memory_order_release);
     T.Level.store(-1);
     // The code stays alive (it may be running on another thread) until the

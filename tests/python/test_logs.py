@@ -152,3 +152,26 @@ def test_configure_at_run_time_sets_both():
         _logging.configure()
     with pytest.raises(ValueError, match="unknown log level"):
         _core.set_log_level("loud")
+
+
+@pytest.mark.parametrize("name, value, field, default, message", [
+    ("GUARDJIT_MODE", "bogus", "mode", "native",
+     "GUARDJIT_MODE='bogus' is not one of native, interpreter: using 'native'"),
+    ("GUARDJIT_FIRST_TIER", "later", "first_tier", "background",
+     "GUARDJIT_FIRST_TIER='later' is not one of background, sync: using 'background'"),
+    ("GUARDJIT_SUBTREE_SKIP", "banana", "subtree_skip", True,
+     "GUARDJIT_SUBTREE_SKIP='banana' is not one of 1, on, true, yes, 0, off, false, no: "
+     "using '1'"),
+])
+def test_a_bad_environment_value_warns_and_keeps_the_default(monkeypatch, records, name, value,
+                                                             field, default, message):
+    monkeypatch.setenv(name, value)
+    assert getattr(plugin.Config(), field) == default
+    assert [r.getMessage() for r in records] == [message]
+
+
+def test_environment_values_are_case_insensitive(monkeypatch, records):
+    monkeypatch.setenv("GUARDJIT_MODE", "Interpreter")
+    monkeypatch.setenv("GUARDJIT_SUBTREE_SKIP", "OFF")
+    c = plugin.Config()
+    assert c.mode == "interpreter" and c.subtree_skip is False and not records

@@ -140,7 +140,7 @@ def test_sync_first_tier_compiles_on_the_calling_thread(installed, monkeypatch):
     assert plugin.wait_for_tier_up(60) and tiering.level_of(unit.check) == "O1"
 
 
-def test_first_call_of_new_code_is_checked_against_the_interpreter():
+def test_first_call_of_new_code_is_checked_against_the_interpreter(capfd):
     """Code whose answer differs from the interpreter's on its first call is
     dropped for good, and the interpreter's answer stands (here: the code of
     another unit's set, which rejects these frame locals)."""
@@ -155,9 +155,47 @@ def test_first_call_of_new_code_is_checked_against_the_interpreter():
     assert tiering.level_of(check) is None  # the code is gone for good
     assert check(cap_a.f_locals) is True
     assert _core.tier_up_stats()["distrusted"] == before + 1
+    assert "the first call of new native code answered 0, the interpreter 1" in \
+        capfd.readouterr().err  # the C++ logger's warning
     # Agreeing code stays.
     good = _core.make_guard(a.bound, _core.compile(a.bound, "light"), verify_first_call=True)
     assert good(cap_a.f_locals) is True and tiering.level_of(good) == "light"
+
+
+def test_a_guard_whose_python_code_changes_its_answer_keeps_the_interpreter(installed, capfd):
+    """A module ``__getattr__`` (PEP 562) that answers differently on its next
+    call: the first call of the native code sees 3, the interpreter after it
+    4. The interpreter's answer (a miss) stands, Dynamo recompiles, the
+    result is eager's, and guardjit says why it dropped the code."""
+    import types
+
+    mod = types.ModuleType("gj_flip_mod")
+    answers: list[int] = []
+
+    def module_getattr(name):
+        if name == "SCALE":
+            return answers.pop(0) if answers else 3
+        raise AttributeError(name)
+
+    mod.__getattr__ = module_getattr
+    sys.modules[mod.__name__] = mod
+    try:
+        def fn(x):
+            return x * mod.SCALE
+
+        opt = torch.compile(fn, backend="eager")
+        x = torch.ones(2)
+        assert torch.equal(opt(x), fn(x))
+        assert plugin.wait_for_tier_up(60)
+        before = _core.tier_up_stats()["distrusted"]
+        answers[:] = [3, 4]  # native first, then the interpreter
+        assert torch.equal(opt(x), x * 3)
+        assert _core.tier_up_stats()["distrusted"] == before + 1
+        assert "the first call of new native code answered 1, the interpreter 0" in \
+            capfd.readouterr().err
+        assert torch.equal(opt(x), x * 3)  # served again
+    finally:
+        del sys.modules[mod.__name__]
 
 
 def test_a_bad_level_keeps_the_first_code_and_warns(installed, monkeypatch, caplog):
