@@ -467,8 +467,10 @@ GuardJIT::compile(const BoundGuardSet &Set) {
   if (Cache) {
     Key = Cache->key(Set.set(), Fingerprint);
     if (std::optional<ObjectCache::Entry> Hit = Cache->lookup(Key)) {
+      auto LinkStart = Clock::now();
       Error E = link(*Result, Set, std::move(Hit->Object), Hit->Table);
       if (!E) {
+        Result->Stats.LinkMs = msSince(LinkStart);
         Result->Stats.NumGuards = Hit->Stats.NumGuards;
         Result->Stats.NumInlined = Hit->Stats.NumInlined;
         Result->Stats.NumHelpers = Hit->Stats.NumHelpers;

@@ -92,7 +92,8 @@ struct CompileStats {
                         ///< linking and lookup (ms)
   /// The parts of CompileMs (ms): this level's IR passes, code generation
   /// (instruction selection to object file), and the rest (adding the
-  /// module, JITLink, the symbol lookup).
+  /// module, JITLink, the symbol lookup; on an object-cache hit, the link
+  /// of the cached object, inside CacheMs).
   double OptimizeMs = 0;
   double CodegenMs = 0;
   double LinkMs = 0;
