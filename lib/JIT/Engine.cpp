@@ -612,14 +612,15 @@ GuardJIT::compile(const BoundGuardSet &Set) {
 
   // 4.-5. Link into the set's JITDylib and bind its table. JITLink reads
   // the object only while linking, which ends inside link().
+  auto LinkStart = Clock::now();
   if (Error E = link(*Result, Set,
                      MemoryBuffer::getMemBuffer(Object->getMemBufferRef(),
                                                 /*RequiresNullTerminator=*/
                                                 false),
                      L->Table))
     return E;
+  St.LinkMs = msSince(LinkStart);
   Result->Stats.CompileMs = msSince(Start);
-  St.LinkMs = St.CompileMs - St.OptimizeMs - St.CodegenMs;
 
   // 6. Store for the next process (a failure only costs the next one).
   if (Cache) {
