@@ -505,23 +505,11 @@ Error GuardJIT::link(CompiledCheck &Result, const BoundGuardSet &Set,
       reportError(std::move(R));
     return E;
   };
-  // The object's interface is known: it defines the check function and
-  // nothing else anyone looks up (each set has its own JITDylib), so it is
-  // given rather than computed (ObjectLayer::add would parse the object's
-  // symbol table for it: about 6 % of a hit at 1,000 guards). An object
-  // that lacks the function fails the lookup below, i.e. does not link.
-  // Added straight to the linking layer: LLJIT's object transform layer
-  // has no transform here.
-  SymbolStringPtr Check = ES.intern(CheckName);
-  SymbolFlagsMap Interface;
-  Interface[Check] = JITSymbolFlags::Exported | JITSymbolFlags::Callable;
-  if (Error E = J->getObjLinkingLayer().add(
-          JD.getDefaultResourceTracker(), std::move(Object),
-          MaterializationUnit::Interface(std::move(Interface), nullptr)))
+  if (Error E = J->addObjectFile(JD, std::move(Object)))
     return Fail(std::move(E));
   auto Fn = ES.lookup(
       makeJITDylibSearchOrder(&JD, JITDylibLookupFlags::MatchAllSymbols),
-      Check);
+      J->mangleAndIntern(CheckName));
   if (!Fn)
     return Fail(Fn.takeError());
   Binder->forget(JD);
