@@ -15,10 +15,7 @@
 #include "llvm/ExecutionEngine/Orc/CompileUtils.h"
 #include "llvm/ExecutionEngine/Orc/Core.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
-#include "llvm/ExecutionEngine/Orc/EPCEHFrameRegistrar.h"
 #include "llvm/ExecutionEngine/Orc/LLJIT.h"
-#include "llvm/ExecutionEngine/Orc/MapperJITLinkMemoryManager.h"
-#include "llvm/ExecutionEngine/Orc/MemoryMapper.h"
 #include "llvm/ExecutionEngine/Orc/ObjectLinkingLayer.h"
 #include "llvm/ExecutionEngine/Orc/ObjectTransformLayer.h"
 #include "llvm/ExecutionEngine/Orc/ThreadSafeModule.h"
@@ -268,39 +265,9 @@ Expected<std::unique_ptr<GuardJIT>> GuardJIT::create(JITOptions Opts) {
 
   // Guard modules have no constructors, TLS or EH frames to register, so the
   // inactive platform skips the generic platform's per-module IR rewriting.
-  //
-  // Code memory: one slab allocator per engine (ORC's
-  // MapperJITLinkMemoryManager over an InProcessMemoryMapper) instead of
-  // JITLink's default, which maps fresh pages for every link and unmaps
-  // them when the set is freed (mmap, a page fault per touched page,
-  // munmap: about a quarter of an object-cache hit). The slab hands out
-  // page-aligned ranges of reservations of SlabBytes; a removed set's range
-  // goes back to the slab (made read-write again) and is reused by the
-  // next link, so the engine's code memory is its peak of live code, not
-  // a sum over compiles. Reservations are address space until touched and
-  // are unmapped with the engine. Otherwise as LLJIT's default JITLink
-  // layer: EH frames registered with the process's unwinder.
-  constexpr size_t SlabBytes = size_t(4) << 20;
   auto J = LLJITBuilder()
                .setJITTargetMachineBuilder(*JTMB)
                .setPlatformSetUp(setUpInactivePlatform)
-               .setObjectLinkingLayerCreator(
-                   [](ExecutionSession &ES, const Triple &)
-                       -> Expected<std::unique_ptr<ObjectLayer>> {
-                     auto MemMgr = MapperJITLinkMemoryManager::CreateWithMapper<
-                         InProcessMemoryMapper>(SlabBytes);
-                     if (!MemMgr)
-                       return MemMgr.takeError();
-                     auto Layer = std::make_unique<ObjectLinkingLayer>(
-                         ES, std::move(*MemMgr));
-                     if (auto Registrar = EPCEHFrameRegistrar::Create(ES))
-                       Layer->addPlugin(
-                           std::make_unique<EHFrameRegistrationPlugin>(
-                               ES, std::move(*Registrar)));
-                     else
-                       return Registrar.takeError();
-                     return std::unique_ptr<ObjectLayer>(std::move(Layer));
-                   })
                .create();
   if (!J)
     return J.takeError();
