@@ -317,6 +317,15 @@ TEST_F(ObjectCacheTest, AValidEntryThatDoesNotLinkIsAMiss) {
   Renamed[At + 5] = 'x'; // gj_chxck
   ASSERT_FALSE(!!Cache->store(Key, Entry->Table, Entry->Stats, Renamed));
   expectMissAfter(*this, *JIT, *BS, File, /*ExpectRejected=*/true);
+  // A well-formed object that names a symbol nobody defines: the link fails
+  // after its memory was allocated (JITLink abandons the allocation), and
+  // the engine must stay usable.
+  std::string Unresolved = Entry->Object->getBuffer().str();
+  At = Unresolved.find("gj_rt_");
+  ASSERT_NE(At, std::string::npos);
+  Unresolved[At + 1] = 'x'; // gx_rt_...
+  ASSERT_FALSE(!!Cache->store(Key, Entry->Table, Entry->Stats, Unresolved));
+  expectMissAfter(*this, *JIT, *BS, File, /*ExpectRejected=*/true);
   // A layout that names slots outside the set.
   std::vector<TableSlot> Wild = Entry->Table;
   Wild.push_back({TableSlot::Object, 1000000});
