@@ -81,12 +81,19 @@ public:
   /// Fields are serialized into one buffer, hashed once at the end: one
   /// BLAKE3 update per field cost ~0.3 ms for 1,000 guards.
   void u64(uint64_t V) {
-    // LEB128-like: most fields are small ids and kinds.
-    do {
-      uint8_t Byte = V & 0x7f;
+    // LEB128: most fields are small ids and kinds. Written through a local
+    // pointer: push_back per byte reloaded and stored the vector's size for
+    // every byte (a byte store may alias it), which made serializing most of
+    // the key's ~30 us at 1,000 guards.
+    size_t N = Buf.size();
+    Buf.resize_for_overwrite(N + 10);
+    uint8_t *Start = Buf.data() + N, *P = Start;
+    while (V >= 0x80) {
+      *P++ = uint8_t(V) | 0x80;
       V >>= 7;
-      Buf.push_back(Byte | (V ? 0x80 : 0));
-    } while (V);
+    }
+    *P++ = uint8_t(V);
+    Buf.truncate(N + size_t(P - Start));
   }
   void str(StringRef S) {
     u64(S.size());

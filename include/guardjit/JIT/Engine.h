@@ -93,8 +93,10 @@ struct CompileStats {
   double CompileMs = 0; ///< LLVM IR -> machine code, incl. IR passes,
                         ///< linking and lookup (ms)
   /// The parts of CompileMs (ms): this level's IR passes, code generation
-  /// (instruction selection to object file), and the rest (adding the
-  /// module, JITLink, the symbol lookup).
+  /// (instruction selection to object file), and the link (adding the
+  /// object, JITLink, the symbol lookup; on an object-cache hit, the link
+  /// of the cached object, inside CacheMs). CompileMs also covers freeing
+  /// the module and its context, which none of the three counts.
   double OptimizeMs = 0;
   double CodegenMs = 0;
   double LinkMs = 0;

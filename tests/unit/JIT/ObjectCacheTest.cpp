@@ -314,6 +314,24 @@ TEST_F(ObjectCacheTest, AValidEntryThatDoesNotLinkIsAMiss) {
     ASSERT_FALSE(!!Cache->store(Key, Entry->Table, Entry->Stats, Object));
     expectMissAfter(*this, *JIT, *BS, File, /*ExpectRejected=*/true);
   }
+  // A well-formed object that does not define the check function (the
+  // engine gives ORC the object's interface instead of reading it, so this
+  // fails at the lookup, not when the object is added).
+  std::string Renamed = Entry->Object->getBuffer().str();
+  size_t At = Renamed.find("gj_check");
+  ASSERT_NE(At, std::string::npos);
+  Renamed[At + 5] = 'x'; // gj_chxck
+  ASSERT_FALSE(!!Cache->store(Key, Entry->Table, Entry->Stats, Renamed));
+  expectMissAfter(*this, *JIT, *BS, File, /*ExpectRejected=*/true);
+  // A well-formed object that names a symbol nobody defines: the link fails
+  // after its memory was allocated (JITLink abandons the allocation), and
+  // the engine must stay usable.
+  std::string Unresolved = Entry->Object->getBuffer().str();
+  At = Unresolved.find("gj_rt_");
+  ASSERT_NE(At, std::string::npos);
+  Unresolved[At + 1] = 'x'; // gx_rt_...
+  ASSERT_FALSE(!!Cache->store(Key, Entry->Table, Entry->Stats, Unresolved));
+  expectMissAfter(*this, *JIT, *BS, File, /*ExpectRejected=*/true);
   // A layout that names slots outside the set.
   std::vector<TableSlot> Wild = Entry->Table;
   Wild.push_back({TableSlot::Object, 1000000});
