@@ -16,7 +16,8 @@
 // Cross-process: with GUARDJIT_CACHE_DIR set the cache lives there and
 // survives the process; run twice, the second run's `first_hit` counters are
 // 1 (its very first compile of each set already hit). Without it, a fresh
-// private directory per run.
+// private directory per run. Level: O0, the plugin's first tier
+// (GUARDJIT_CACHE_BENCH_LEVEL=light|O1|O2 for another).
 //
 //===----------------------------------------------------------------------===//
 #include "BenchSupport.h"
@@ -27,6 +28,7 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
+#include "llvm/ADT/StringRef.h"
 
 #include "benchmark/benchmark.h"
 
@@ -63,7 +65,16 @@ std::string cacheDir() {
 GuardJIT &cachedEngine() {
   static GuardJIT *E = [] {
     JITOptions O;
-    O.Level = OptLevel::Light;
+    // The plugin's first tier (issue 15's target is for it);
+    // GUARDJIT_CACHE_BENCH_LEVEL=light|O1|O2 measures another level.
+    O.Level = OptLevel::O0;
+    if (const char *L = std::getenv("GUARDJIT_CACHE_BENCH_LEVEL")) {
+      llvm::StringRef Name(L);
+      O.Level = Name.equals_insensitive("light") ? OptLevel::Light
+                : Name == "O1"                   ? OptLevel::O1
+                : Name == "O2"                   ? OptLevel::O2
+                                                 : OptLevel::O0;
+    }
     O.CacheDir = cacheDir();
     O.HostVersions = "bench";
     auto J = GuardJIT::create(O);
