@@ -52,9 +52,13 @@ class TierSwaps:
         self.distrusted_at_start = _core.tier_up_stats()["distrusted"]
 
     def before_case(self, i: int) -> None:
-        """A fresh callable per unit, its swaps queued, once the previous one
-        ran at least ``batch`` cases and reached the last tier (or after
-        ``50 * batch`` cases, should a compile fail)."""
+        """A fresh callable per unit is due once the previous one ran at
+        least ``batch`` cases and reached the last tier (or after
+        ``50 * batch`` cases, should a compile fail). It is made, and its
+        swaps queued, at the unit's next call (``_swapping``): that call then
+        runs the interpreter, and the swaps land between it and later ones
+        (made here, a unit the oracle asks only later would often find its
+        code already swapped in, and no swap would be seen)."""
         for k, bound in enumerate(self.bounds):
             if bound is None:
                 continue
@@ -62,17 +66,17 @@ class TierSwaps:
             if self.checks[k] is not None and age < 50 * self.batch and (
                     age < self.batch or _core.guard_level(self.checks[k]) != THEN):
                 continue
-            check = _core.make_guard(bound, None)
-            if _core.start_native(check, FIRST, THEN):
-                self.counts["swap_callables"] += 1
-            self.checks[k] = check
+            self.checks[k] = None
             self.born[k] = i
             self.last_level[k] = None
 
     def _swapping(self, k: int) -> Callable[[dict], Any]:
-        check = self.checks[k]
-
         def swapping(f_locals: dict) -> Any:
+            check = self.checks[k]
+            if check is None:
+                check = self.checks[k] = _core.make_guard(self.bounds[k], None)
+                if _core.start_native(check, FIRST, THEN):
+                    self.counts["swap_callables"] += 1
             level = _core.guard_level(check) or "interpreter"
             prev = self.last_level[k]
             if prev is not None and _RANK[level] > _RANK[prev]:
@@ -89,7 +93,7 @@ class TierSwaps:
         def add(i: int, checkers: dict) -> dict:
             if inner is not None:
                 checkers = inner(i, checkers)
-            if self.checks[i] is None:
+            if self.bounds[i] is None:
                 return checkers
             return {**checkers, "swapping": self._swapping(i)}
 
