@@ -174,12 +174,13 @@ class GuardJitManagerWrapper(dynamo_guards.GuardManagerWrapper):
     guardjit_borrowed: list | None  # weakrefs to the objects it borrows
     guardjit_name: str  # the compile id
 
-    # torch sets ``cache_entry`` from C++ also inside a ``weakref.finalize``
-    # (CheckFunctionManager.invalidate) that may run in the middle of a
-    # compiled call, where Dynamo's eval frame offers every new frame to its
-    # callback; under skip_guard_eval_unsafe a code object Dynamo has not seen
-    # raises "Recompilation triggered" there before any skip rule applies
-    # (torch/csrc/dynamo/eval_frame_cpp.cpp). This frame and _release's are
+    # torch sets ``cache_entry`` from C++ (~CacheEntry, CacheEntry::
+    # invalidate), which may run in the middle of a compiled call (a code
+    # object or an ID_MATCHed object dying there), where Dynamo's eval frame
+    # offers every new frame to its callback; under skip_guard_eval_unsafe a
+    # code object Dynamo has not seen raises "Recompilation triggered" there
+    # before any skip rule applies (torch/csrc/dynamo/eval_frame_cpp.cpp), and
+    # ~CacheEntry cannot propagate an error. This frame and _release's are
     # marked skipped when the module loads (_skip_in_dynamo, below): no
     # wrapper frame in between, no lookup.
     def __setattr__(self, name: str, value: Any) -> None:
