@@ -643,32 +643,38 @@ memoDescSlow(PyObject *Dict, ReadDescriptor *D,
   return V && fusedChecksPass(V, D) ? V : nullptr;
 }
 
-// The hit tests here, not through the *_cached helpers: exported functions
-// are not inlined (see getattrCached).
-extern "C" PyObject *gj_rt_dict_get_item_desc(PyObject *Dict,
-                                              ReadDescriptor *D) {
+static PyObject *dictGetItemFill(PyObject *Dict, ReadDescriptor *D) {
+  return gj_rt_dict_get_item_fill(Dict, D->Key, &D->Memo);
+}
+static PyObject *dictKeyFill(PyObject *Dict, ReadDescriptor *D) {
+  return gj_rt_dict_key_fill(Dict, D->Int, &D->Memo);
+}
+static PyObject *dictValueFill(PyObject *Dict, ReadDescriptor *D) {
+  return gj_rt_dict_value_fill(Dict, D->Int, &D->Memo);
+}
+
+/// A memoized descriptor read: the hit test here, inlined into each
+/// exported helper (exported functions are not inlined into each other:
+/// see getattrCached), the fill and the fused checks out of line.
+template <PyObject *(*Fill)(PyObject *, ReadDescriptor *)>
+static inline PyObject *memoDesc(PyObject *Dict, ReadDescriptor *D) {
   if (memoHit(Dict, &D->Memo) && fusedChecksPassQuick(D->Memo.Value, D))
     return D->Memo.Value;
-  return memoDescSlow(Dict, D, [](PyObject *Dict, ReadDescriptor *D) {
-    return gj_rt_dict_get_item_fill(Dict, D->Key, &D->Memo);
-  });
+  return memoDescSlow(Dict, D, Fill);
+}
+
+extern "C" PyObject *gj_rt_dict_get_item_desc(PyObject *Dict,
+                                              ReadDescriptor *D) {
+  return memoDesc<dictGetItemFill>(Dict, D);
 }
 
 extern "C" PyObject *gj_rt_dict_key_desc(PyObject *Dict, ReadDescriptor *D) {
-  if (memoHit(Dict, &D->Memo) && fusedChecksPassQuick(D->Memo.Value, D))
-    return D->Memo.Value;
-  return memoDescSlow(Dict, D, [](PyObject *Dict, ReadDescriptor *D) {
-    return gj_rt_dict_key_fill(Dict, D->Int, &D->Memo);
-  });
+  return memoDesc<dictKeyFill>(Dict, D);
 }
 
 extern "C" PyObject *gj_rt_dict_value_desc(PyObject *Dict,
                                            ReadDescriptor *D) {
-  if (memoHit(Dict, &D->Memo) && fusedChecksPassQuick(D->Memo.Value, D))
-    return D->Memo.Value;
-  return memoDescSlow(Dict, D, [](PyObject *Dict, ReadDescriptor *D) {
-    return gj_rt_dict_value_fill(Dict, D->Int, &D->Memo);
-  });
+  return memoDesc<dictValueFill>(Dict, D);
 }
 
 extern "C" PyObject *gj_rt_getattr_desc(PyObject *Obj, ReadDescriptor *D) {
