@@ -310,8 +310,20 @@ void Lowerer::emitValue(ValueId Id, LoweringStats &Stats) {
     return;
   case AccessorKind::TupleGetItem:
   case AccessorKind::ListGetItem:
-    // Inline even when compact: a few loads and two tests, which a call
-    // would not make cheaper to compile but would make slower to run.
+    // The first tier calls the descriptor read: one block instead of
+    // three, and the guards after it fused into the call (or the whole
+    // read into a run). Measured at O0 (docs/performance.md, "Tuple items
+    // through descriptors"). The other levels inline it: a few loads and
+    // two tests.
+    if (CallMemo) {
+      Result = B.CreateCall(
+          helper(V.Kind == AccessorKind::TupleGetItem
+                     ? "gj_rt_tuple_get_item_desc"
+                     : "gj_rt_list_get_item_desc",
+                 PtrTy, {PtrTy, PtrTy}),
+          {Parent, valueMemo(Id)}, Name);
+      break;
+    }
     if (V.Index >= 0) {
       assert(!accessorReturnsNewRef(V.Kind) && "inline items are borrowed");
       emitInlineSequenceItem(Id, V.Kind == AccessorKind::TupleGetItem);
@@ -481,6 +493,21 @@ void Lowerer::emitReadRun(ValueId First, size_t N, LoweringStats &Stats) {
       P + ".run");
   failUnless(isTrue(Ok));
   (void)Stats; // helper reads are counted nowhere, as in emitValue
+}
+
+void Lowerer::emitReadPath(ValueId First, size_t N, LoweringStats &Stats) {
+  // Consecutive ids, none with a DICT_CONTAINS slot (that guard would not
+  // be fused): contiguous descriptors, as for a run.
+  assert(!BS || BS->readDescriptor(First + N - 1) ==
+                    BS->readDescriptor(First) + (N - 1));
+  std::string P = prefix('v', First);
+  beginBlock(P + ".read_path");
+  llvm::Value *Ok = B.CreateCall(
+      helper("gj_rt_read_path", I32, {PtrTy, PtrTy, I64}),
+      {Vals[S.value(First).Parent], valueMemo(First), ConstantInt::get(I64, N)},
+      P + ".path");
+  failUnless(isTrue(Ok));
+  (void)Stats;
 }
 
 void Lowerer::emitDictContainsRun(ArrayRef<size_t> Indices,

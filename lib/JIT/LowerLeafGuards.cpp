@@ -51,6 +51,12 @@ llvm::Value *Lowerer::emitLeafGuard(size_t Index, LoweringStats &Stats) {
   case GuardKind::EqualsMatch: {
     // `v is c` implies `v == c` for Dynamo (it tests identity first too),
     // so the common case of interned constants never leaves native code.
+    // The first tier leaves that test to the helper (which makes it
+    // first): one block instead of three.
+    if (CallMemo) {
+      Ok = Call("gj_rt_equals_match", {PtrTy, PtrTy}, {V, object(G.Object)});
+      break;
+    }
     BasicBlock *Slow = BasicBlock::Create(Ctx, P + ".compare", F);
     BasicBlock *Done = BasicBlock::Create(Ctx, P + ".done", F);
     B.CreateCondBr(B.CreateICmpEQ(V, object(G.Object), P + ".same"), Done,

@@ -172,6 +172,10 @@ private:
   /// CallMemo: the descriptor reads First..First+N-1 of one parent, each
   /// read by nothing after its fused guards, as one gj_rt_read_run call.
   void emitReadRun(ValueId First, size_t N, LoweringStats &Stats);
+  /// CallMemo: the descriptor reads First, First+1, ..., First+N-1, each
+  /// the only child of the one before, read by nothing after their fused
+  /// guards but the next, as one gj_rt_read_path call.
+  void emitReadPath(ValueId First, size_t N, LoweringStats &Stats);
   /// CallMemo: the DICT_CONTAINS guards Indices (one value, consecutive in
   /// the schedule) as one gj_rt_dict_contains_run call.
   void emitDictContainsRun(llvm::ArrayRef<size_t> Indices,
@@ -232,6 +236,10 @@ private:
   /// CallMemo: per value, the length of the run of reads it starts
   /// (emitReadRun), 0 or 1 for none.
   std::vector<uint32_t> ReadRun;
+  /// CallMemo: per value, the length of the read path it starts
+  /// (emitReadPath), 0 or 1 for none; the members after the first are
+  /// emitted by it.
+  std::vector<uint32_t> ReadPath;
   /// CallMemo: the new references live in a frame array `RefArray` with
   /// their count in `RefCount`; one block ("fail.release") releases them
   /// on every failure after the first, one call on success.

@@ -329,10 +329,43 @@ Expected<Function *> Lowerer::run(StringRef Name, LoweringStats &Stats) {
       if (!Fused[I])
         for (ValueId Op : Guards[I].Operands)
           Dead[Op] = false;
-    // The frame array of the new references that stay (not Released).
+    // Paths: a descriptor read whose only reader is its one child, a
+    // descriptor read with the next id, and so on down to a read that
+    // nothing reads (`obj.forward.__code__`): one gj_rt_read_path call,
+    // which holds the new references on the way. Never longer than the
+    // helper's limit.
+    std::vector<uint32_t> Children(NumValues, 0);
+    for (ValueId Id = 1; Id < NumValues; ++Id)
+      if (S.value(Id).Parent < NumValues)
+        ++Children[S.value(Id).Parent];
+    std::vector<bool> UnfusedUse(NumValues, false);
+    for (size_t I = 0; I < Guards.size(); ++I)
+      if (!Fused[I])
+        for (ValueId Op : Guards[I].Operands)
+          if (Op < NumValues)
+            UnfusedUse[Op] = true;
+    ReadPath.assign(NumValues, 0);
+    std::vector<bool> InPath(NumValues, false);
+    for (ValueId Id = 1; Id < NumValues; ++Id) {
+      ValueId End = Id;
+      while (End + 1 < NumValues && End + 1 - Id < MaxReadPath &&
+             accessorHasReadDescriptor(S.value(End).Kind) &&
+             !UnfusedUse[End] && Children[End] == 1 &&
+             S.value(End + 1).Parent == End)
+        ++End;
+      if (End == Id || !Dead[End])
+        continue;
+      ReadPath[Id] = End - Id + 1;
+      for (ValueId K = Id; K <= End; ++K)
+        InPath[K] = true;
+      Id = End;
+    }
+    // The frame array of the new references that stay (not Released, not
+    // held by a path's helper).
     uint64_t NumNewRefs = 0;
     for (ValueId Id = 1; Id < NumValues; ++Id)
-      NumNewRefs += accessorReturnsNewRef(S.value(Id).Kind) && !Released[Id];
+      NumNewRefs += accessorReturnsNewRef(S.value(Id).Kind) &&
+                    !Released[Id] && !InPath[Id];
     if (NumNewRefs) {
       IRBuilder<> EB(&F->getEntryBlock(), F->getEntryBlock().begin());
       RefArray = EB.CreateAlloca(ArrayType::get(PtrTy, NumNewRefs), nullptr,
@@ -354,6 +387,17 @@ Expected<Function *> Lowerer::run(StringRef Name, LoweringStats &Stats) {
     }
   }
   for (ValueId Id = 0; Id < NumValues; ++Id) {
+    if (Id != 0 && CallMemo && ReadPath[Id] > 1) {
+      emitReadPath(Id, ReadPath[Id], Stats);
+      for (ValueId K = Id; K < Id + ReadPath[Id]; ++K)
+        for (size_t I : After[K]) {
+          assert(Fused[I] && "a read in a path has no guard left");
+          (void)I;
+          ++Stats.NumHelpers;
+        }
+      Id += ReadPath[Id] - 1;
+      continue;
+    }
     if (Id != 0 && CallMemo && ReadRun[Id] > 1) {
       emitReadRun(Id, ReadRun[Id], Stats);
       for (ValueId K = Id; K < Id + ReadRun[Id]; ++K)
@@ -557,7 +601,10 @@ ArrayRef<RuntimeSymbol> runtimeSymbols() {
       GJ_SYM(gj_rt_dict_contains_desc),
       GJ_SYM(gj_rt_code_desc),
       GJ_SYM(gj_rt_get_item_desc),
+      GJ_SYM(gj_rt_tuple_get_item_desc),
+      GJ_SYM(gj_rt_list_get_item_desc),
       GJ_SYM(gj_rt_read_run),
+      GJ_SYM(gj_rt_read_path),
       GJ_SYM(gj_rt_dict_contains_run),
       GJ_SYM(gj_rt_closure),
       GJ_SYM(gj_rt_func_defaults),

@@ -34,7 +34,8 @@ bool guardjit::accessorUsesDictCache(AccessorKind K) {
 
 bool guardjit::accessorHasReadDescriptor(AccessorKind K) {
   return accessorUsesDictCache(K) || K == AccessorKind::Code ||
-         K == AccessorKind::GetItem;
+         K == AccessorKind::GetItem || K == AccessorKind::TupleGetItem ||
+         K == AccessorKind::ListGetItem;
 }
 
 bool guardjit::guardNeedsLocalState(GuardKind K) {
@@ -713,42 +714,90 @@ extern "C" PyObject *gj_rt_get_item_desc(PyObject *Obj, ReadDescriptor *D) {
   return Pass ? V : nullptr;
 }
 
+extern "C" PyObject *gj_rt_tuple_get_item_desc(PyObject *Tuple,
+                                              ReadDescriptor *D) {
+  // gj_rt_tuple_get_item's answer from a leaf (PyTuple_GetItem's type and
+  // bounds tests, no negative-index normalisation), then the fused checks.
+  if (!PyTuple_Check(Tuple) ||
+      static_cast<uint64_t>(D->Int) >=
+          static_cast<uint64_t>(PyTuple_GET_SIZE(Tuple)))
+    return nullptr;
+  PyObject *V = PyTuple_GET_ITEM(Tuple, D->Int);
+  return fusedChecksPass(V, D) ? V : nullptr;
+}
+
+extern "C" PyObject *gj_rt_list_get_item_desc(PyObject *List,
+                                             ReadDescriptor *D) {
+  // gj_rt_list_get_item's answer, the same way.
+  if (!PyList_Check(List) || static_cast<uint64_t>(D->Int) >=
+                                 static_cast<uint64_t>(PyList_GET_SIZE(List)))
+    return nullptr;
+  PyObject *V = PyList_GET_ITEM(List, D->Int);
+  return fusedChecksPass(V, D) ? V : nullptr;
+}
+
 extern "C" int gj_rt_dict_contains_desc(PyObject *Dict, ReadDescriptor *D) {
   return memoHit(Dict, &D->Memo) ||
          gj_rt_dict_contains_fill(Dict, D->Key, static_cast<int>(D->Int),
                                   &D->Memo);
 }
 
+/// The read of descriptor `D` from `Parent` with its fused checks, by its
+/// accessor: the *_desc helper's answer (a new reference only for getattr
+/// and getitem reads without ReadDescriptor::Release). NULL for a failure,
+/// and for a descriptor that is not a value's (bind and the lowering
+/// disagree).
+static PyObject *readDesc(PyObject *Parent, ReadDescriptor *D) {
+  switch (static_cast<AccessorKind>(D->Accessor)) {
+  case AccessorKind::FrameLocal:
+  case AccessorKind::DictGetItem:
+    return gj_rt_dict_get_item_desc(Parent, D);
+  case AccessorKind::DictKey:
+    return gj_rt_dict_key_desc(Parent, D);
+  case AccessorKind::DictValue:
+    return gj_rt_dict_value_desc(Parent, D);
+  case AccessorKind::GetAttr:
+    return gj_rt_getattr_desc(Parent, D);
+  case AccessorKind::Code:
+    return gj_rt_code_desc(Parent, D);
+  case AccessorKind::GetItem:
+    return gj_rt_get_item_desc(Parent, D);
+  case AccessorKind::TupleGetItem:
+    return gj_rt_tuple_get_item_desc(Parent, D);
+  case AccessorKind::ListGetItem:
+    return gj_rt_list_get_item_desc(Parent, D);
+  default:
+    return nullptr;
+  }
+}
+
+extern "C" int gj_rt_read_path(PyObject *Parent, ReadDescriptor *D,
+                               int64_t N) {
+  // The new references held: a value borrowed from one of them (a
+  // function's __code__) lives as long as it does.
+  PyObject *Held[MaxReadPath];
+  int64_t NumHeld = 0;
+  PyObject *V = Parent;
+  int64_t I = 0;
+  for (; I < N && I < MaxReadPath; ++I, ++D) {
+    V = readDesc(V, D);
+    if (!V)
+      break;
+    if (accessorReturnsNewRef(static_cast<AccessorKind>(D->Accessor)) &&
+        !D->Release)
+      Held[NumHeld++] = V;
+  }
+  while (NumHeld)
+    Py_DECREF(Held[--NumHeld]);
+  return I == N;
+}
+
 extern "C" int gj_rt_read_run(PyObject *Parent, ReadDescriptor *D,
                               int64_t N) {
-  for (int64_t I = 0; I < N; ++I, ++D) {
-    PyObject *V = nullptr;
-    switch (static_cast<AccessorKind>(D->Accessor)) {
-    case AccessorKind::FrameLocal:
-    case AccessorKind::DictGetItem:
-      V = gj_rt_dict_get_item_desc(Parent, D);
-      break;
-    case AccessorKind::DictKey:
-      V = gj_rt_dict_key_desc(Parent, D);
-      break;
-    case AccessorKind::DictValue:
-      V = gj_rt_dict_value_desc(Parent, D);
-      break;
-    case AccessorKind::GetAttr:
-      V = gj_rt_getattr_desc(Parent, D); // released: ReadDescriptor::Release
-      break;
-    case AccessorKind::Code:
-      V = gj_rt_code_desc(Parent, D);
-      break;
-    case AccessorKind::GetItem:
-      V = gj_rt_get_item_desc(Parent, D);
-      break;
-    default:
-      return 0; // not a descriptor read: bind and the lowering disagree
-    }
-    if (!V)
+  // Each read is dropped after its checks (released: Release).
+  for (int64_t I = 0; I < N; ++I, ++D)
+    if (!readDesc(Parent, D))
       return 0;
-  }
   return 1;
 }
 

@@ -37,7 +37,8 @@ bool accessorReturnsNewRef(AccessorKind K);
 bool accessorUsesDictCache(AccessorKind K);
 /// Whether values of accessor `K` have a ReadDescriptor (the first tier
 /// reads them through it): the memoized reads (accessorUsesDictCache), and
-/// __code__ and getitem reads, which have no memo but fused guards.
+/// __code__, getitem and tuple/list item reads, which have no memo but
+/// fused guards.
 bool accessorHasReadDescriptor(AccessorKind K);
 /// Whether guard kind `K` has a pass memo (a DictReadCache slot whose hit
 /// means "passed on this dict state"): DICT_CONTAINS.
@@ -83,6 +84,9 @@ struct DictReadCache {
 /// bound objects alone, so relocatable code cached by another process finds
 /// the same descriptor; the BoundGuardSet owns it (it outlives the code).
 /// No field is a reference (the object table holds them).
+/// The longest read path (gj_rt_read_path) the lowering emits.
+constexpr int64_t MaxReadPath = 8;
+
 struct ReadDescriptor {
   DictReadCache Memo;
   /// The dict key or attribute name of the read, DICT_CONTAINS's key.
@@ -229,11 +233,24 @@ int gj_rt_read_run(PyObject *Parent, guardjit::ReadDescriptor *Desc,
                    int64_t N);
 int gj_rt_dict_contains_run(PyObject *Dict, guardjit::ReadDescriptor *Desc,
                             int64_t N);
+/// A path of the first tier: `Desc[0]` read from `Parent`, `Desc[1]` from
+/// that value, and so on (1 <= N <= guardjit::MaxReadPath), each with its
+/// fused guards' checks; the new references read on the way are held until
+/// the path ends, then released (the last read releases its own:
+/// ReadDescriptor::Release). 1 when every read and check passes, else 0.
+int gj_rt_read_path(PyObject *Parent, guardjit::ReadDescriptor *Desc,
+                    int64_t N);
 /// gj_rt_code / gj_rt_get_item (the key in the descriptor) and the fused
 /// guards' checks.
 PyObject *gj_rt_code_desc(PyObject *Fn, guardjit::ReadDescriptor *Desc);
 PyObject *gj_rt_get_item_desc(PyObject *Obj,
                               guardjit::ReadDescriptor *Desc); // NEW
+/// gj_rt_tuple_get_item / gj_rt_list_get_item (the index in the
+/// descriptor's Int) and the fused guards' checks. Borrowed.
+PyObject *gj_rt_tuple_get_item_desc(PyObject *Tuple,
+                                    guardjit::ReadDescriptor *Desc);
+PyObject *gj_rt_list_get_item_desc(PyObject *List,
+                                   guardjit::ReadDescriptor *Desc);
 int gj_rt_no_hasattr(PyObject *Value, PyObject *Name);
 int gj_rt_float_is_nan(PyObject *Value);
 int gj_rt_complex_is_nan(PyObject *Value);

@@ -1041,6 +1041,67 @@ TEST_P(EngineTest, DictCacheSkipsImpureProbes) {
 // the read's helper (ReadDescriptor, fusedReadGuards); every level must give
 // the interpreter's answer whichever check fails, and a getattr read whose
 // fused check fails must not keep its new reference.
+TEST_P(EngineTest, ReadPathsHoldTheirReferencesToTheEnd) {
+  // `q.fresh[0].a` and `q.fn.__code__`: each read the only child of the
+  // one before, the last read by nothing but its fused guard (O0: one
+  // gj_rt_read_path each). The property makes a tuple that only the check
+  // holds; its item is borrowed from it and read after it, so the tuple
+  // must live until the path ends, and die then.
+  exec("import weakref\n"
+       "class Q:\n"
+       "    made = []\n"
+       "    val = 1\n"
+       "    empty = False\n"
+       "    @property\n"
+       "    def fresh(self):\n"
+       "        o = C(); o.a = Q.val; Q.made.append(weakref.ref(o))\n"
+       "        return () if Q.empty else (o,)\n"
+       "q = Q()\n"
+       "def fn(): pass\n"
+       "def other(): pass\n"
+       "q.fn = fn");
+  Ref One = eval("1"), Code = eval("fn.__code__"), Fn0 = eval("fn");
+  SetBuilder SB;
+  ValueId Q = SB.local("q");
+  ValueId Item =
+      SB.indexed(AccessorKind::TupleGetItem,
+                 SB.keyed(AccessorKind::GetAttr, Q, "fresh"), 0);
+  SB.guard(GuardKind::EqualsMatch, {SB.keyed(AccessorKind::GetAttr, Item, "a")},
+           SB.object(One.get(), ObjectKind::Constant, true));
+  SB.guard(GuardKind::IdMatch,
+           {SB.unary(AccessorKind::Code, SB.keyed(AccessorKind::GetAttr, Q, "fn"))},
+           SB.object(Code.get()));
+  BUILD(SB);
+  if (GetParam() == OptLevel::O0) {
+    auto IR = JIT->emitLLVM(*BS);
+    ASSERT_TRUE(!!IR) << toString(IR.takeError());
+    EXPECT_NE(IR->find("@gj_rt_read_path(ptr %v1, ptr inttoptr"),
+              std::string::npos)
+        << *IR;
+  }
+  Ref L = eval("{'q': q}");
+  Py_ssize_t FnRefs = Py_REFCNT(Fn0.get());
+  auto AllDead = [] {
+    Ref Dead = eval("all(w() is None for w in Q.made)");
+    return Dead.get() == Py_True;
+  };
+  for (int I = 0; I < 3; ++I)
+    EXPECT_TRUE(both(*BS, Fn, L.get()));
+  EXPECT_TRUE(AllDead());
+  exec("Q.val = 2"); // the last read's fused check fails
+  EXPECT_FALSE(both(*BS, Fn, L.get()));
+  EXPECT_TRUE(AllDead());
+  exec("Q.val = 1; Q.empty = True"); // the middle read fails
+  EXPECT_FALSE(both(*BS, Fn, L.get()));
+  EXPECT_TRUE(AllDead());
+  exec("Q.empty = False; q.fn = other"); // the second path's fused check
+  EXPECT_FALSE(both(*BS, Fn, L.get()));
+  exec("q.fn = fn");
+  EXPECT_TRUE(both(*BS, Fn, L.get()));
+  EXPECT_EQ(Py_REFCNT(Fn0.get()), FnRefs);
+  EXPECT_TRUE(AllDead());
+}
+
 TEST_P(EngineTest, FusedReadGuardsAgree) {
   exec("class C: pass\n"
        "r = C(); r.a = float('7.25')\n"
@@ -1618,22 +1679,23 @@ TEST(EngineMechanics, EmitsReadableLLVMAndAssembly) {
        // named after the step it starts with; O0 calls the memo read
        // through its descriptor.
        {"define i32 @gj_check_test_set_",
-        "%v1 = call ptr @gj_rt_dict_get_item_desc", "v2.getattr:",
-        "call ptr @gj_rt_getattr_desc", "ret i32 1", "fail:", "!prof"})
+        "%v1.path = call i32 @gj_rt_read_path(ptr %frame_locals",
+        "v3.frame_local:", "ret i32 1", "fail:", "!prof"})
     EXPECT_NE(IR->find(Expected), std::string::npos)
         << Expected << " not in:\n"
         << *IR;
   // TYPE_MATCH, NOT_NONE and EQUALS_MATCH right after a memoized read are
   // checked by its helper (fusedReadGuards): no code of their own; the
-  // getattr value, read by nothing else, is released by its helper.
+  // getattr value, read by nothing else, is released by its helper; `x`
+  // and its one attribute are one path.
   for (const char *Fused :
        {"g0.type_match", "g1.not_none", "g2.equals_match", "@gj_rt_equals_match",
-        "fail.release.v2", "@gj_rt_decref"})
+        "fail.release.v2", "@gj_rt_decref", "v2.getattr"})
     EXPECT_EQ(IR->find(Fused), std::string::npos) << Fused << " in:\n" << *IR;
   auto Asm = (*E)->emitAssembly(*BS);
   ASSERT_TRUE(!!Asm) << toString(Asm.takeError());
   EXPECT_NE(Asm->find("gj_check_test_set_"), std::string::npos) << *Asm;
-  EXPECT_NE(Asm->find("gj_rt_getattr"), std::string::npos) << *Asm;
+  EXPECT_NE(Asm->find("gj_rt_read_path"), std::string::npos) << *Asm;
 }
 
 TEST(EngineMechanics, MalformedIRIsAnErrorNotACrash) {
