@@ -482,7 +482,7 @@ void Lowerer::emitValue(ValueId Id, LoweringStats &Stats) {
 void Lowerer::emitReadRun(ValueId First, size_t N, LoweringStats &Stats) {
   // The descriptors of First.. are contiguous: bind gives each value its
   // slot in id order, followed by its DICT_CONTAINS slots, and a read in a
-  // run has none (that guard would read it).
+  // run (or its path) has none (that guard would read it).
   assert(!BS || BS->readDescriptor(First + N - 1) ==
                     BS->readDescriptor(First) + (N - 1));
   std::string P = prefix('v', First);
@@ -493,21 +493,6 @@ void Lowerer::emitReadRun(ValueId First, size_t N, LoweringStats &Stats) {
       P + ".run");
   failUnless(isTrue(Ok));
   (void)Stats; // helper reads are counted nowhere, as in emitValue
-}
-
-void Lowerer::emitReadPath(ValueId First, size_t N, LoweringStats &Stats) {
-  // Consecutive ids, none with a DICT_CONTAINS slot (that guard would not
-  // be fused): contiguous descriptors, as for a run.
-  assert(!BS || BS->readDescriptor(First + N - 1) ==
-                    BS->readDescriptor(First) + (N - 1));
-  std::string P = prefix('v', First);
-  beginBlock(P + ".read_path");
-  llvm::Value *Ok = B.CreateCall(
-      helper("gj_rt_read_path", I32, {PtrTy, PtrTy, I64}),
-      {Vals[S.value(First).Parent], valueMemo(First), ConstantInt::get(I64, N)},
-      P + ".path");
-  failUnless(isTrue(Ok));
-  (void)Stats;
 }
 
 void Lowerer::emitDictContainsRun(ArrayRef<size_t> Indices,

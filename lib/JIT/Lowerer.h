@@ -169,13 +169,10 @@ private:
                             llvm::Type *ArgTy, llvm::Value *Arg,
                             const std::string &Name);
   void emitRelease(llvm::Value *Obj);
-  /// CallMemo: the descriptor reads First..First+N-1 of one parent, each
-  /// read by nothing after its fused guards, as one gj_rt_read_run call.
+  /// CallMemo: the descriptors First..First+N-1, steps from one parent
+  /// (readPaths: a read by nothing after its fused guards, or a path down
+  /// to one), as one gj_rt_read_run call.
   void emitReadRun(ValueId First, size_t N, LoweringStats &Stats);
-  /// CallMemo: the descriptor reads First, First+1, ..., First+N-1, each
-  /// the only child of the one before, read by nothing after their fused
-  /// guards but the next, as one gj_rt_read_path call.
-  void emitReadPath(ValueId First, size_t N, LoweringStats &Stats);
   /// CallMemo: the DICT_CONTAINS guards Indices (one value, consecutive in
   /// the schedule) as one gj_rt_dict_contains_run call.
   void emitDictContainsRun(llvm::ArrayRef<size_t> Indices,
@@ -233,13 +230,9 @@ private:
   /// CallMemo: the new references the descriptor read releases itself
   /// (ReadDescriptor::Release): no cleanup for them.
   std::vector<bool> Released;
-  /// CallMemo: per value, the length of the run of reads it starts
-  /// (emitReadRun), 0 or 1 for none.
+  /// CallMemo: per value, the number of descriptors of the run of steps
+  /// it starts (emitReadRun), 0 or 1 for none.
   std::vector<uint32_t> ReadRun;
-  /// CallMemo: per value, the length of the read path it starts
-  /// (emitReadPath), 0 or 1 for none; the members after the first are
-  /// emitted by it.
-  std::vector<uint32_t> ReadPath;
   /// CallMemo: the new references live in a frame array `RefArray` with
   /// their count in `RefCount`; one block ("fail.release") releases them
   /// on every failure after the first, one call on success.

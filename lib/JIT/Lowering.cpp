@@ -315,51 +315,20 @@ Expected<Function *> Lowerer::run(StringRef Name, LoweringStats &Stats) {
     emitGuard(I, Stats);
   // The first tier checks the simple guards right after a memoized read
   // inside the read's helper (ReadDescriptor): no code for them.
-  // Runs of such reads of one parent that nothing reads afterwards, and
-  // runs of DICT_CONTAINS on one value, are one call over their
-  // descriptors each (gj_rt_read_run, gj_rt_dict_contains_run).
+  // Runs of such reads of one parent that nothing reads afterwards (or
+  // read only along a path), and runs of DICT_CONTAINS on one value, are
+  // one call over their descriptors each (gj_rt_read_run,
+  // gj_rt_dict_contains_run).
   if (CallMemo) {
     Fused = fusedReadGuards(S, &Released);
-    std::vector<bool> Dead(NumValues, false);
-    for (ValueId Id = 1; Id < NumValues; ++Id)
-      Dead[Id] = accessorHasReadDescriptor(S.value(Id).Kind);
-    for (ValueId Id = 1; Id < NumValues; ++Id)
-      Dead[S.value(Id).Parent] = false;
-    for (size_t I = 0; I < Guards.size(); ++I)
-      if (!Fused[I])
-        for (ValueId Op : Guards[I].Operands)
-          Dead[Op] = false;
-    // Paths: a descriptor read whose only reader is its one child, a
-    // descriptor read with the next id, and so on down to a read that
-    // nothing reads (`obj.forward.__code__`): one gj_rt_read_path call,
-    // which holds the new references on the way. Never longer than the
-    // helper's limit.
-    std::vector<uint32_t> Children(NumValues, 0);
-    for (ValueId Id = 1; Id < NumValues; ++Id)
-      if (S.value(Id).Parent < NumValues)
-        ++Children[S.value(Id).Parent];
-    std::vector<bool> UnfusedUse(NumValues, false);
-    for (size_t I = 0; I < Guards.size(); ++I)
-      if (!Fused[I])
-        for (ValueId Op : Guards[I].Operands)
-          if (Op < NumValues)
-            UnfusedUse[Op] = true;
-    ReadPath.assign(NumValues, 0);
+    // A step is a read path (readPaths: `obj.forward.__code__`, each read
+    // the only child of the one before, down to a read nothing reads) or
+    // such a read alone; consecutive steps from one parent are one run.
+    std::vector<uint32_t> Paths = readPaths(S, Fused);
     std::vector<bool> InPath(NumValues, false);
-    for (ValueId Id = 1; Id < NumValues; ++Id) {
-      ValueId End = Id;
-      while (End + 1 < NumValues && End + 1 - Id < MaxReadPath &&
-             accessorHasReadDescriptor(S.value(End).Kind) &&
-             !UnfusedUse[End] && Children[End] == 1 &&
-             S.value(End + 1).Parent == End)
-        ++End;
-      if (End == Id || !Dead[End])
-        continue;
-      ReadPath[Id] = End - Id + 1;
-      for (ValueId K = Id; K <= End; ++K)
+    for (ValueId Id = 1; Id < NumValues; ++Id)
+      for (ValueId K = Id; K < Id + Paths[Id]; ++K)
         InPath[K] = true;
-      Id = End;
-    }
     // The frame array of the new references that stay (not Released, not
     // held by a path's helper).
     uint64_t NumNewRefs = 0;
@@ -375,9 +344,9 @@ Expected<Function *> Lowerer::run(StringRef Name, LoweringStats &Stats) {
     ReadRun.assign(NumValues, 0);
     for (ValueId Id = 1; Id < NumValues;) {
       ValueId End = Id;
-      while (End < NumValues && Dead[End] &&
+      while (End < NumValues && Paths[End] &&
              S.value(End).Parent == S.value(Id).Parent)
-        ++End;
+        End += Paths[End];
       if (End == Id) {
         ++Id;
         continue;
@@ -387,17 +356,6 @@ Expected<Function *> Lowerer::run(StringRef Name, LoweringStats &Stats) {
     }
   }
   for (ValueId Id = 0; Id < NumValues; ++Id) {
-    if (Id != 0 && CallMemo && ReadPath[Id] > 1) {
-      emitReadPath(Id, ReadPath[Id], Stats);
-      for (ValueId K = Id; K < Id + ReadPath[Id]; ++K)
-        for (size_t I : After[K]) {
-          assert(Fused[I] && "a read in a path has no guard left");
-          (void)I;
-          ++Stats.NumHelpers;
-        }
-      Id += ReadPath[Id] - 1;
-      continue;
-    }
     if (Id != 0 && CallMemo && ReadRun[Id] > 1) {
       emitReadRun(Id, ReadRun[Id], Stats);
       for (ValueId K = Id; K < Id + ReadRun[Id]; ++K)
@@ -604,7 +562,6 @@ ArrayRef<RuntimeSymbol> runtimeSymbols() {
       GJ_SYM(gj_rt_tuple_get_item_desc),
       GJ_SYM(gj_rt_list_get_item_desc),
       GJ_SYM(gj_rt_read_run),
-      GJ_SYM(gj_rt_read_path),
       GJ_SYM(gj_rt_dict_contains_run),
       GJ_SYM(gj_rt_closure),
       GJ_SYM(gj_rt_func_defaults),

@@ -272,9 +272,13 @@ BoundGuardSet::bind(std::shared_ptr<const GuardSet> SetPtr,
   }
   std::vector<bool> Released;
   std::vector<bool> Fused = fusedReadGuards(S, &Released);
-  for (ValueId V = 0; V < S.values().size(); ++V)
+  std::vector<uint32_t> Paths = readPaths(S, Fused);
+  for (ValueId V = 0; V < S.values().size(); ++V) {
     if (Released[V])
       B->Memos[B->ValueMemo[V]].Release = 1;
+    if (Paths[V] >= 2)
+      B->Memos[B->ValueMemo[V]].Path = Paths[V];
+  }
   for (size_t I = 0; I < Guards.size(); ++I) {
     const Guard &G = Guards[I];
     if (B->GuardMemo[I] != NoMemo) {

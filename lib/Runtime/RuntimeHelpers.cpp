@@ -137,6 +137,41 @@ std::vector<bool> guardjit::fusedReadGuards(const GuardSet &S,
   return Fused;
 }
 
+std::vector<uint32_t> guardjit::readPaths(const GuardSet &S,
+                                          const std::vector<bool> &Fused) {
+  const size_t NumValues = S.values().size();
+  const std::vector<Guard> &Guards = S.guards();
+  std::vector<uint32_t> Children(NumValues, 0);
+  for (ValueId V = 1; V < NumValues; ++V)
+    if (S.value(V).Parent < NumValues)
+      ++Children[S.value(V).Parent];
+  // Read by a guard that is not fused into its descriptor read.
+  std::vector<bool> Guarded(NumValues, false);
+  for (size_t I = 0; I < Guards.size(); ++I)
+    if (!Fused[I])
+      for (ValueId Op : Guards[I].Operands)
+        if (Op < NumValues)
+          Guarded[Op] = true;
+  auto Steps = [&](ValueId V) {
+    return accessorHasReadDescriptor(S.value(V).Kind) && !Guarded[V];
+  };
+  std::vector<uint32_t> Paths(NumValues, 0);
+  for (ValueId V = 1; V < NumValues; ++V) {
+    if (!Steps(V))
+      continue;
+    ValueId End = V;
+    while (Children[End] == 1 && End + 1 < NumValues &&
+           End + 1 - V < static_cast<ValueId>(MaxReadPath) &&
+           S.value(End + 1).Parent == End && Steps(End + 1))
+      ++End;
+    if (Children[End] != 0)
+      continue; // not down to a read that nothing reads
+    Paths[V] = End - V + 1;
+    V = End;
+  }
+  return Paths;
+}
+
 /// Whether a probe of exact dict `D` for exact-str key was pure and left the
 /// dict at version `Tag` (see DictReadCache in RuntimeHelpers.h).
 static bool pureStrProbe(PyDictObject *D, uint64_t Tag) {
@@ -771,10 +806,8 @@ static PyObject *readDesc(PyObject *Parent, ReadDescriptor *D) {
   }
 }
 
-extern "C" int gj_rt_read_path(PyObject *Parent, ReadDescriptor *D,
-                               int64_t N) {
-  // The new references held: a value borrowed from one of them (a
-  // function's __code__) lives as long as it does.
+/// A read path of `N` descriptors from `Parent` (gj_rt_read_run).
+static int readPath(PyObject *Parent, ReadDescriptor *D, int64_t N) {
   PyObject *Held[MaxReadPath];
   int64_t NumHeld = 0;
   PyObject *V = Parent;
@@ -794,10 +827,18 @@ extern "C" int gj_rt_read_path(PyObject *Parent, ReadDescriptor *D,
 
 extern "C" int gj_rt_read_run(PyObject *Parent, ReadDescriptor *D,
                               int64_t N) {
-  // Each read is dropped after its checks (released: Release).
-  for (int64_t I = 0; I < N; ++I, ++D)
-    if (!readDesc(Parent, D))
+  for (int64_t I = 0; I < N;) {
+    if (D->Path < 2) { // a read by nothing after its checks (Release)
+      if (!readDesc(Parent, D))
+        return 0;
+      ++I, ++D;
+      continue;
+    }
+    int64_t Len = D->Path;
+    if (Len > N - I || !readPath(Parent, D, Len))
       return 0;
+    I += Len, D += Len;
+  }
   return 1;
 }
 

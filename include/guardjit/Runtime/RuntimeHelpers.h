@@ -84,7 +84,7 @@ struct DictReadCache {
 /// bound objects alone, so relocatable code cached by another process finds
 /// the same descriptor; the BoundGuardSet owns it (it outlives the code).
 /// No field is a reference (the object table holds them).
-/// The longest read path (gj_rt_read_path) the lowering emits.
+/// The longest read path (readPaths, gj_rt_read_run) the lowering emits.
 constexpr int64_t MaxReadPath = 8;
 
 struct ReadDescriptor {
@@ -108,6 +108,9 @@ struct ReadDescriptor {
   /// The AccessorKind of the read (gj_rt_read_run dispatches on it); -1 in
   /// a guard's descriptor.
   int64_t Accessor = -1;
+  /// The number of descriptors of the read path this read starts
+  /// (readPaths), >= 2; 0 otherwise.
+  int64_t Path = 0;
 };
 
 /// Per guard of `S`, whether the first tier checks it inside the
@@ -122,6 +125,17 @@ struct ReadDescriptor {
 /// else reads (no child value, no guard left): ReadDescriptor::Release.
 std::vector<bool> fusedReadGuards(const GuardSet &S,
                                   std::vector<bool> *ReleasedReads = nullptr);
+/// Per value of `S`, what the first tier reads as one step of a run
+/// (gj_rt_read_run), given `Fused` (fusedReadGuards): 1 for a descriptor
+/// read that nothing reads after its fused guards; N >= 2 for the first of
+/// a read path of N such reads with consecutive ids, each (but the last)
+/// a descriptor read whose only reader is its one child, the next id, the
+/// last one read by nothing (`obj.forward.__code__`), N <= MaxReadPath; 0
+/// for any other value, the later members of a path included. A pure
+/// function of the IR: bind (ReadDescriptor::Path) and the lowering (in
+/// any process) agree on it.
+std::vector<uint32_t> readPaths(const GuardSet &S,
+                                const std::vector<bool> &Fused);
 } // namespace guardjit
 
 extern "C" {
@@ -223,23 +237,21 @@ PyObject *gj_rt_dict_value_desc(PyObject *Dict,
 PyObject *gj_rt_getattr_desc(PyObject *Obj,
                              guardjit::ReadDescriptor *Desc); // NEW
 int gj_rt_dict_contains_desc(PyObject *Dict, guardjit::ReadDescriptor *Desc);
-/// Runs of the first tier, one call for a table of steps: the descriptor
-/// reads `Desc[0..N)` of `Parent` (each read by nothing else after its
-/// fused guards: a borrowed value is dropped, a new one released), in
-/// order, until one fails; the DICT_CONTAINS guards `Desc[0..N)` on `Dict`,
-/// in order. 1 when all pass, else 0. The descriptors are contiguous in
-/// the BoundGuardSet (bind lays them out in the lowering's visiting order).
+/// Runs of the first tier, one call for a table of steps: the steps
+/// (readPaths) in the descriptors `Desc[0..N)` from `Parent`, in order,
+/// until one fails: a read by nothing else after its fused guards (a
+/// borrowed value is dropped, a new one released), or a read path of
+/// `Desc->Path` descriptors, each read from the value before with its
+/// fused checks, the new references on the way held until the path ends
+/// (a value borrowed from one lives as long as it does); the DICT_CONTAINS
+/// guards `Desc[0..N)` on `Dict`, in order. 1 when all pass, else 0. The
+/// descriptors are contiguous in the BoundGuardSet (bind lays them out in
+/// the lowering's visiting order).
 int gj_rt_read_run(PyObject *Parent, guardjit::ReadDescriptor *Desc,
                    int64_t N);
 int gj_rt_dict_contains_run(PyObject *Dict, guardjit::ReadDescriptor *Desc,
                             int64_t N);
-/// A path of the first tier: `Desc[0]` read from `Parent`, `Desc[1]` from
-/// that value, and so on (1 <= N <= guardjit::MaxReadPath), each with its
-/// fused guards' checks; the new references read on the way are held until
-/// the path ends, then released (the last read releases its own:
-/// ReadDescriptor::Release). 1 when every read and check passes, else 0.
-int gj_rt_read_path(PyObject *Parent, guardjit::ReadDescriptor *Desc,
-                    int64_t N);
+
 /// gj_rt_code / gj_rt_get_item (the key in the descriptor) and the fused
 /// guards' checks.
 PyObject *gj_rt_code_desc(PyObject *Fn, guardjit::ReadDescriptor *Desc);

@@ -1043,8 +1043,8 @@ TEST_P(EngineTest, DictCacheSkipsImpureProbes) {
 // fused check fails must not keep its new reference.
 TEST_P(EngineTest, ReadPathsHoldTheirReferencesToTheEnd) {
   // `q.fresh[0].a` and `q.fn.__code__`: each read the only child of the
-  // one before, the last read by nothing but its fused guard (O0: one
-  // gj_rt_read_path each). The property makes a tuple that only the check
+  // one before, the last read by nothing but its fused guard (O0: a read
+  // path each, ReadDescriptor::Path). The property makes a tuple that only the check
   // holds; its item is borrowed from it and read after it, so the tuple
   // must live until the path ends, and die then.
   exec("import weakref\n"
@@ -1075,9 +1075,11 @@ TEST_P(EngineTest, ReadPathsHoldTheirReferencesToTheEnd) {
   if (GetParam() == OptLevel::O0) {
     auto IR = JIT->emitLLVM(*BS);
     ASSERT_TRUE(!!IR) << toString(IR.takeError());
-    EXPECT_NE(IR->find("@gj_rt_read_path(ptr %v1, ptr inttoptr"),
+    // Both paths from `q`: one run of their 5 descriptors.
+    EXPECT_NE(IR->find("@gj_rt_read_run(ptr %v1, ptr inttoptr"),
               std::string::npos)
         << *IR;
+    EXPECT_NE(IR->find("i64 5)"), std::string::npos) << *IR;
   }
   Ref L = eval("{'q': q}");
   Py_ssize_t FnRefs = Py_REFCNT(Fn0.get());
@@ -1679,15 +1681,15 @@ TEST(EngineMechanics, EmitsReadableLLVMAndAssembly) {
        // named after the step it starts with; O0 calls the memo read
        // through its descriptor.
        {"define i32 @gj_check_test_set_",
-        "%v1.path = call i32 @gj_rt_read_path(ptr %frame_locals",
-        "v3.frame_local:", "ret i32 1", "fail:", "!prof"})
+        "%v1.run = call i32 @gj_rt_read_run(ptr %frame_locals",
+        "i64 3)", "ret i32 1", "fail:", "!prof"})
     EXPECT_NE(IR->find(Expected), std::string::npos)
         << Expected << " not in:\n"
         << *IR;
   // TYPE_MATCH, NOT_NONE and EQUALS_MATCH right after a memoized read are
   // checked by its helper (fusedReadGuards): no code of their own; the
   // getattr value, read by nothing else, is released by its helper; `x`
-  // and its one attribute are one path.
+  // with its one attribute (a path) and `y` are one run of 3 descriptors.
   for (const char *Fused :
        {"g0.type_match", "g1.not_none", "g2.equals_match", "@gj_rt_equals_match",
         "fail.release.v2", "@gj_rt_decref", "v2.getattr"})
@@ -1695,7 +1697,7 @@ TEST(EngineMechanics, EmitsReadableLLVMAndAssembly) {
   auto Asm = (*E)->emitAssembly(*BS);
   ASSERT_TRUE(!!Asm) << toString(Asm.takeError());
   EXPECT_NE(Asm->find("gj_check_test_set_"), std::string::npos) << *Asm;
-  EXPECT_NE(Asm->find("gj_rt_read_path"), std::string::npos) << *Asm;
+  EXPECT_NE(Asm->find("gj_rt_read_run"), std::string::npos) << *Asm;
 }
 
 TEST(EngineMechanics, MalformedIRIsAnErrorNotACrash) {
