@@ -42,7 +42,7 @@ public:
   /// `BS` null lowers `S` with symbolic addresses (lowerGuardSetSymbolic);
   /// `Table` non-null lowers it relocatable (lowerGuardSetRelocatable): the
   /// per-set addresses are absolute symbols `gj.a.<slot>`, whose layout is
-  /// appended to *Table.
+  /// appended to *Table (the memo slots: offsets from one, memoAddress).
   Lowerer(const GuardSet &S, const BoundGuardSet *BS, llvm::Module &M,
           LoweringOptions Options = {},
           std::vector<TableSlot> *Table = nullptr);
