@@ -113,7 +113,9 @@ bool compactLowering(OptLevel L) {
 /// this plugin turns each such external symbol into an absolute one with the
 /// address slot k holds, straight in the link graph. No ORC symbol is
 /// defined or looked up per address, so binding costs one relocation per
-/// use and the code keeps its 64-bit immediates.
+/// use and the code keeps its 64-bit immediates. All memo slots / read
+/// descriptors are one such symbol (TableSlot::Memos), each use with its
+/// offset as the relocation's addend, which JITLink applies.
 ///
 /// It binds the runtime helpers and CPython's statics the same way, from
 /// the table the engine also defines in its main JITDylib (same names, same

@@ -42,7 +42,7 @@ public:
   /// `BS` null lowers `S` with symbolic addresses (lowerGuardSetSymbolic);
   /// `Table` non-null lowers it relocatable (lowerGuardSetRelocatable): the
   /// per-set addresses are absolute symbols `gj.a.<slot>`, whose layout is
-  /// appended to *Table.
+  /// appended to *Table (the memo slots: offsets from one, memoAddress).
   Lowerer(const GuardSet &S, const BoundGuardSet *BS, llvm::Module &M,
           LoweringOptions Options = {},
           std::vector<TableSlot> *Table = nullptr);
@@ -72,12 +72,22 @@ private:
   llvm::Value *payload(size_t GuardIndex) {
     return address(TableSlot::Payload, static_cast<uint32_t>(GuardIndex));
   }
+  /// The memo slot / read descriptor of value `Id` and of guard
+  /// `GuardIndex`. Relocatable: an offset into the one memo array
+  /// (memoAddress).
   llvm::Value *valueMemo(ValueId Id) {
-    return address(TableSlot::ValueMemo, Id);
+    return Table ? memoAddress(MemoOfValue[Id])
+                 : address(TableSlot::ValueMemo, Id);
   }
   llvm::Value *guardMemo(size_t GuardIndex) {
-    return address(TableSlot::GuardMemo, static_cast<uint32_t>(GuardIndex));
+    return Table ? memoAddress(MemoOfGuard[GuardIndex])
+                 : address(TableSlot::GuardMemo,
+                           static_cast<uint32_t>(GuardIndex));
   }
+  /// Relocatable lowering: `getelementptr i8, @gj.a.<m>, Slot *
+  /// sizeof(ReadDescriptor)` of the TableSlot::Memos slot (null for
+  /// NoMemoSlot, as tableSlotAddress gives for a value without a memo).
+  llvm::Value *memoAddress(uint32_t Slot);
   /// Slot `Index` of the recorded-object table (BoundGuardSet::recordedSlots),
   /// loaded: a borrowed `PyObject*` that subtree skipping wrote.
   llvm::Value *recordedSlot(int64_t Index, const std::string &Name) {
@@ -209,6 +219,8 @@ private:
   /// by (kind << 32 | index).
   std::vector<TableSlot> *Table;
   llvm::DenseMap<uint64_t, unsigned> SlotOf;
+  /// Relocatable lowering: the memo layout (layoutMemos), set by run().
+  std::vector<uint32_t> MemoOfValue, MemoOfGuard;
   const GuardSet &S;
   /// LoweringOptions::Compact (implied by CallMemo) and CallMemo.
   bool Compact;

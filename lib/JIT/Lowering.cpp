@@ -170,6 +170,8 @@ std::string Lowerer::symbolicName(TableSlot::SlotKind K, uint32_t Index) {
     return "gj.memo.g" + std::to_string(Index);
   case TableSlot::Recorded:
     return "gj.recorded";
+  case TableSlot::Memos:
+    return "gj.memos";
   }
   return "gj.unknown";
 }
@@ -180,6 +182,15 @@ llvm::Value *Lowerer::tableSlot(TableSlot::SlotKind K, uint32_t Index) {
   if (New)
     Table->push_back({K, Index});
   return absoluteSymbol(RelocatableAddressPrefix + Twine(It->second));
+}
+
+llvm::Value *Lowerer::memoAddress(uint32_t Slot) {
+  if (Slot == NoMemoSlot)
+    return ConstantPointerNull::get(PtrTy);
+  // Not inbounds: the symbol is declared as an i8.
+  return ConstantExpr::getGetElementPtr(
+      B.getInt8Ty(), cast<Constant>(tableSlot(TableSlot::Memos, 0)),
+      ConstantInt::get(I64, uint64_t(Slot) * sizeof(ReadDescriptor)));
 }
 
 Constant *Lowerer::absoluteSymbol(const Twine &Name) {
@@ -248,6 +259,9 @@ Expected<Function *> Lowerer::run(StringRef Name, LoweringStats &Stats) {
   // 1. Reject malformed IR before creating anything.
   if (Error E = validate())
     return E;
+  // Relocatable: where bind puts each memo slot in the one array.
+  if (Table)
+    layoutMemos(S, &MemoOfValue, &MemoOfGuard);
   if (M.getNamedValue(Name))
     return createStringError("symbol '%s' already exists in the module",
                              Name.str().c_str());
@@ -508,6 +522,13 @@ const void *tableSlotAddress(const BoundGuardSet &Set, TableSlot Slot,
   case TableSlot::Recorded:
     if ((Ok = Slot.Index == 0))
       Address = Set.recordedSlots();
+    break;
+  case TableSlot::Memos:
+    // The code adds offsets below numMemos() * sizeof(ReadDescriptor): the
+    // lowering computes them from the IR as bind does, and the key covers
+    // the IR. No memos, no slot.
+    if ((Ok = Slot.Index == 0 && Set.numMemos() != 0))
+      Address = Set.memos();
     break;
   }
   if (InRange)

@@ -383,7 +383,7 @@ ObjectCache::lookup(const ObjectCacheKey &Key) {
     uint32_t Kind, Index;
     std::memcpy(&Kind, &Layout[I * 8], 4);
     std::memcpy(&Index, &Layout[I * 8 + 4], 4);
-    if (Kind > TableSlot::Recorded) {
+    if (Kind > TableSlot::LastKind) {
       ::unlink(Path.c_str());
       Rejected.fetch_add(1, std::memory_order_relaxed);
       Misses.fetch_add(1, std::memory_order_relaxed);

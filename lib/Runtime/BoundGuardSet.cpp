@@ -40,6 +40,28 @@ std::string guardjit::describeValue(const GuardSet &S, ValueId Id) {
   return D + ")";
 }
 
+uint32_t guardjit::layoutMemos(const GuardSet &S,
+                               std::vector<uint32_t> *ValueMemo,
+                               std::vector<uint32_t> *GuardMemo) {
+  const auto &Guards = S.guards();
+  ValueMemo->assign(S.values().size(), NoMemoSlot);
+  GuardMemo->assign(Guards.size(), NoMemoSlot);
+  std::vector<std::vector<uint32_t>> GuardsAfter(S.values().size());
+  for (size_t I = 0; I < Guards.size(); ++I)
+    if (guardUsesDictCache(Guards[I].Kind) && !Guards[I].Operands.empty())
+      GuardsAfter[*std::max_element(Guards[I].Operands.begin(),
+                                    Guards[I].Operands.end())]
+          .push_back(static_cast<uint32_t>(I));
+  uint32_t NumMemos = 0;
+  for (ValueId V = 0; V < S.values().size(); ++V) {
+    if (accessorHasReadDescriptor(S.value(V).Kind))
+      (*ValueMemo)[V] = NumMemos++;
+    for (uint32_t G : GuardsAfter[V])
+      (*GuardMemo)[G] = NumMemos++;
+  }
+  return NumMemos;
+}
+
 namespace {
 
 bool isTorchGuard(GuardKind K) {
@@ -239,23 +261,9 @@ BoundGuardSet::bind(std::shared_ptr<const GuardSet> SetPtr,
       Py_INCREF(B->Objects[I]);
   }
 
-  // 5. Lookup memos, all empty, in visiting order: each value's slot, then
-  // the slots of the guards whose last operand it is (the lowering's order).
-  B->ValueMemo.assign(S.values().size(), NoMemo);
-  B->GuardMemo.assign(Guards.size(), NoMemo);
-  std::vector<std::vector<uint32_t>> GuardsAfter(S.values().size());
-  for (size_t I = 0; I < Guards.size(); ++I)
-    if (guardUsesDictCache(Guards[I].Kind) && !Guards[I].Operands.empty())
-      GuardsAfter[*std::max_element(Guards[I].Operands.begin(),
-                                    Guards[I].Operands.end())]
-          .push_back(static_cast<uint32_t>(I));
-  uint32_t NumMemos = 0;
-  for (ValueId V = 0; V < S.values().size(); ++V) {
-    if (accessorHasReadDescriptor(S.value(V).Kind))
-      B->ValueMemo[V] = NumMemos++;
-    for (uint32_t G : GuardsAfter[V])
-      B->GuardMemo[G] = NumMemos++;
-  }
+  // 5. Lookup memos, all empty, in visiting order (layoutMemos).
+  uint32_t NumMemos = layoutMemos(S, &B->ValueMemo, &B->GuardMemo);
+  B->NumMemos = NumMemos;
   B->Memos = std::make_unique<ReadDescriptor[]>(NumMemos);
   // Their descriptors (ReadDescriptor): the read's operands, the checks of
   // the guards fused into it. From the IR and the objects only, so that

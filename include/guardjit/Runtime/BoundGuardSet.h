@@ -24,6 +24,21 @@ namespace guardjit {
 
 struct DimensionMarkingSlot;
 
+/// No memo slot (layoutMemos).
+constexpr uint32_t NoMemoSlot = ~uint32_t(0);
+
+/// The layout of BoundGuardSet's memo slots / read descriptors, a pure
+/// function of the IR (the same IR gives the same layout in any process):
+/// per value (`*ValueMemo`, sized to the values) and per guard
+/// (`*GuardMemo`, sized to the guards) its index into the one contiguous
+/// array, or NoMemoSlot. The order is the lowering's visiting order: each
+/// value's slot (accessorHasReadDescriptor), then the slots of the guards
+/// whose last operand it is (guardUsesDictCache). Returns the slot count.
+/// Reads operands: `S` must be well-formed (bind and the lowering validate
+/// it first).
+uint32_t layoutMemos(const GuardSet &S, std::vector<uint32_t> *ValueMemo,
+                     std::vector<uint32_t> *GuardMemo);
+
 class BoundGuardSet {
 public:
   /// Binds `Set`. Every object entry must have a non-zero Address (a live
@@ -72,6 +87,12 @@ public:
     return GuardMemo[GuardIndex] == NoMemo ? nullptr
                                            : &Memos[GuardMemo[GuardIndex]];
   }
+  /// The one contiguous array of all descriptors (memo slots) above, in the
+  /// layout of layoutMemos: readDescriptor(Id) is
+  /// `memos() + layoutMemos's ValueMemo[Id]`. Relocatable code addresses
+  /// every descriptor as this base plus a constant offset.
+  ReadDescriptor *memos() const { return Memos.get(); }
+  size_t numMemos() const { return NumMemos; }
 
   /// The recorded-object table read by `recorded` values (one slot per
   /// index, null until filled): borrowed pointers that subtree skipping
@@ -96,7 +117,8 @@ private:
   /// All memo slots with their descriptors, laid out in the order native
   /// code visits them.
   std::unique_ptr<ReadDescriptor[]> Memos;
-  static constexpr uint32_t NoMemo = ~uint32_t(0);
+  size_t NumMemos = 0;
+  static constexpr uint32_t NoMemo = NoMemoSlot;
   std::vector<uint32_t> ValueMemo; ///< per value: index into Memos or NoMemo
   std::vector<uint32_t> GuardMemo; ///< per guard: index into Memos or NoMemo
   /// The payloads of the DIMENSION_DYNAMIC_MARKING guards, contiguous.

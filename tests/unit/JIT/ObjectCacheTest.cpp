@@ -10,9 +10,12 @@
 #include "JITTestSupport.h"
 
 #include "guardjit/JIT/Engine.h"
+#include "guardjit/JIT/Lowering.h"
 #include "guardjit/JIT/ObjectCache.h"
 #include "guardjit/Runtime/Interpreter.h"
 
+#include "llvm/IR/LLVMContext.h"
+#include "llvm/IR/Module.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
 
@@ -332,12 +335,54 @@ TEST_F(ObjectCacheTest, AValidEntryThatDoesNotLinkIsAMiss) {
   Unresolved[At + 1] = 'x'; // gx_rt_...
   ASSERT_FALSE(!!Cache->store(Key, Entry->Table, Entry->Stats, Unresolved));
   expectMissAfter(*this, *JIT, *BS, File, /*ExpectRejected=*/true);
-  // A layout that names slots outside the set.
-  std::vector<TableSlot> Wild = Entry->Table;
-  Wild.push_back({TableSlot::Object, 1000000});
-  ASSERT_FALSE(!!Cache->store(Key, Wild, Entry->Stats,
-                              Entry->Object->getBuffer()));
-  expectMissAfter(*this, *JIT, *BS, File, /*ExpectRejected=*/true);
+  // A layout that names slots outside the set: an object past the table,
+  // a memo array other than the one (Index 0), a kind this build does not
+  // know.
+  for (TableSlot Extra : {TableSlot{TableSlot::Object, 1000000},
+                          TableSlot{TableSlot::Memos, 1},
+                          TableSlot{static_cast<TableSlot::SlotKind>(
+                                        TableSlot::LastKind + 1),
+                                    0}}) {
+    SCOPED_TRACE(testing::Message() << "kind " << unsigned(Extra.Kind));
+    std::vector<TableSlot> Wild = Entry->Table;
+    Wild.push_back(Extra);
+    ASSERT_FALSE(!!Cache->store(Key, Wild, Entry->Stats,
+                                Entry->Object->getBuffer()));
+    expectMissAfter(*this, *JIT, *BS, File, /*ExpectRejected=*/true);
+  }
+}
+
+TEST_F(ObjectCacheTest, MemoSlotsAreOneBaseWithOffsets) {
+  // The set's memo slots / read descriptors are one table slot (their
+  // array's base); each use is an offset from it.
+  SetBuilder SB;
+  buildSet(SB);
+  auto BS = SB.bind();
+  ASSERT_NE(BS->numMemos(), 0u) << "the test set needs memoized reads";
+  for (bool CallMemo : {false, true}) {
+    SCOPED_TRACE(CallMemo ? "CallMemo" : "full");
+    llvm::LLVMContext Ctx;
+    llvm::Module M("m", Ctx);
+    M.setDataLayout("e-m:e-p270:32:32-p271:32:32-p272:64:64-i64:64-i128:128-"
+                    "f80:128-n8:16:32:64-S128");
+    std::vector<TableSlot> Table;
+    LoweringOptions LO;
+    LO.CallMemo = CallMemo;
+    auto F = lowerGuardSetRelocatable(BS->set(), M, "f", Table, nullptr, LO);
+    ASSERT_TRUE(!!F) << toString(F.takeError());
+    size_t NumBases = 0;
+    for (const TableSlot &T : Table) {
+      EXPECT_NE(T.Kind, TableSlot::ValueMemo);
+      EXPECT_NE(T.Kind, TableSlot::GuardMemo);
+      if (T.Kind == TableSlot::Memos) {
+        ++NumBases;
+        bool InRange = false;
+        EXPECT_EQ(tableSlotAddress(*BS, T, &InRange), BS->memos());
+        EXPECT_TRUE(InRange);
+      }
+    }
+    EXPECT_EQ(NumBases, 1u);
+  }
 }
 
 TEST_F(ObjectCacheTest, UnusableDirectoriesTurnTheCacheOff) {
