@@ -41,7 +41,7 @@ class GuardSet;
 
 /// Bumped whenever the lowering, the table layout or the file format change
 /// in a way the build ID (below) would not catch.
-constexpr uint32_t LoweringVersion = 3;
+constexpr uint32_t LoweringVersion = 4;
 
 /// A 32-byte key (BLAKE3).
 using ObjectCacheKey = std::array<uint8_t, 32>;
