@@ -713,7 +713,7 @@ extern "C" PyObject *gj_rt_dict_value_desc(PyObject *Dict,
   return memoDesc<dictValueFill>(Dict, D);
 }
 
-extern "C" PyObject *gj_rt_getattr_desc(PyObject *Obj, ReadDescriptor *D) {
+static inline PyObject *getattrDesc(PyObject *Obj, ReadDescriptor *D) {
   PyObject *V = getattrCached(Obj, D->Key, &D->Memo);
   if (!V)
     return nullptr;
@@ -729,7 +729,7 @@ __attribute__((noinline)) static PyObject *codeDescSlow(PyObject *Fn,
   return V && fusedChecksPass(V, D) ? V : nullptr;
 }
 
-extern "C" PyObject *gj_rt_code_desc(PyObject *Fn, ReadDescriptor *D) {
+static inline PyObject *codeDesc(PyObject *Fn, ReadDescriptor *D) {
   // A plain function first, from a leaf: what gj_rt_code returns for it.
   if (Py_TYPE(Fn) == &PyFunction_Type) {
     PyObject *V = PyFunction_GET_CODE(Fn);
@@ -739,7 +739,7 @@ extern "C" PyObject *gj_rt_code_desc(PyObject *Fn, ReadDescriptor *D) {
   return codeDescSlow(Fn, D);
 }
 
-extern "C" PyObject *gj_rt_get_item_desc(PyObject *Obj, ReadDescriptor *D) {
+static inline PyObject *getItemDesc(PyObject *Obj, ReadDescriptor *D) {
   PyObject *V = gj_rt_get_item(Obj, D->Key);
   if (!V)
     return nullptr;
@@ -749,8 +749,7 @@ extern "C" PyObject *gj_rt_get_item_desc(PyObject *Obj, ReadDescriptor *D) {
   return Pass ? V : nullptr;
 }
 
-extern "C" PyObject *gj_rt_tuple_get_item_desc(PyObject *Tuple,
-                                              ReadDescriptor *D) {
+static inline PyObject *tupleGetItemDesc(PyObject *Tuple, ReadDescriptor *D) {
   // gj_rt_tuple_get_item's answer from a leaf (PyTuple_GetItem's type and
   // bounds tests, no negative-index normalisation), then the fused checks.
   if (!PyTuple_Check(Tuple) ||
@@ -761,14 +760,33 @@ extern "C" PyObject *gj_rt_tuple_get_item_desc(PyObject *Tuple,
   return fusedChecksPass(V, D) ? V : nullptr;
 }
 
-extern "C" PyObject *gj_rt_list_get_item_desc(PyObject *List,
-                                             ReadDescriptor *D) {
+static inline PyObject *listGetItemDesc(PyObject *List, ReadDescriptor *D) {
   // gj_rt_list_get_item's answer, the same way.
   if (!PyList_Check(List) || static_cast<uint64_t>(D->Int) >=
                                  static_cast<uint64_t>(PyList_GET_SIZE(List)))
     return nullptr;
   PyObject *V = PyList_GET_ITEM(List, D->Int);
   return fusedChecksPass(V, D) ? V : nullptr;
+}
+
+// The exported helpers: the bodies above, which readDesc inlines too (an
+// exported function is not inlined into another: interposition).
+extern "C" PyObject *gj_rt_getattr_desc(PyObject *Obj, ReadDescriptor *D) {
+  return getattrDesc(Obj, D);
+}
+extern "C" PyObject *gj_rt_code_desc(PyObject *Fn, ReadDescriptor *D) {
+  return codeDesc(Fn, D);
+}
+extern "C" PyObject *gj_rt_get_item_desc(PyObject *Obj, ReadDescriptor *D) {
+  return getItemDesc(Obj, D);
+}
+extern "C" PyObject *gj_rt_tuple_get_item_desc(PyObject *Tuple,
+                                              ReadDescriptor *D) {
+  return tupleGetItemDesc(Tuple, D);
+}
+extern "C" PyObject *gj_rt_list_get_item_desc(PyObject *List,
+                                             ReadDescriptor *D) {
+  return listGetItemDesc(List, D);
 }
 
 extern "C" int gj_rt_dict_contains_desc(PyObject *Dict, ReadDescriptor *D) {
@@ -778,29 +796,29 @@ extern "C" int gj_rt_dict_contains_desc(PyObject *Dict, ReadDescriptor *D) {
 }
 
 /// The read of descriptor `D` from `Parent` with its fused checks, by its
-/// accessor: the *_desc helper's answer (a new reference only for getattr
+/// accessor, inlined: the *_desc helper's answer (a new reference only for getattr
 /// and getitem reads without ReadDescriptor::Release). NULL for a failure,
 /// and for a descriptor that is not a value's (bind and the lowering
 /// disagree).
-static PyObject *readDesc(PyObject *Parent, ReadDescriptor *D) {
+static inline PyObject *readDesc(PyObject *Parent, ReadDescriptor *D) {
   switch (static_cast<AccessorKind>(D->Accessor)) {
   case AccessorKind::FrameLocal:
   case AccessorKind::DictGetItem:
-    return gj_rt_dict_get_item_desc(Parent, D);
+    return memoDesc<dictGetItemFill>(Parent, D);
   case AccessorKind::DictKey:
-    return gj_rt_dict_key_desc(Parent, D);
+    return memoDesc<dictKeyFill>(Parent, D);
   case AccessorKind::DictValue:
-    return gj_rt_dict_value_desc(Parent, D);
+    return memoDesc<dictValueFill>(Parent, D);
   case AccessorKind::GetAttr:
-    return gj_rt_getattr_desc(Parent, D);
+    return getattrDesc(Parent, D);
   case AccessorKind::Code:
-    return gj_rt_code_desc(Parent, D);
+    return codeDesc(Parent, D);
   case AccessorKind::GetItem:
-    return gj_rt_get_item_desc(Parent, D);
+    return getItemDesc(Parent, D);
   case AccessorKind::TupleGetItem:
-    return gj_rt_tuple_get_item_desc(Parent, D);
+    return tupleGetItemDesc(Parent, D);
   case AccessorKind::ListGetItem:
-    return gj_rt_list_get_item_desc(Parent, D);
+    return listGetItemDesc(Parent, D);
   default:
     return nullptr;
   }
@@ -816,7 +834,9 @@ static int readPath(PyObject *Parent, ReadDescriptor *D, int64_t N) {
     V = readDesc(V, D);
     if (!V)
       break;
-    if (accessorReturnsNewRef(static_cast<AccessorKind>(D->Accessor)) &&
+    // The descriptor reads of a new reference (accessorReturnsNewRef).
+    auto Kind = static_cast<AccessorKind>(D->Accessor);
+    if ((Kind == AccessorKind::GetAttr || Kind == AccessorKind::GetItem) &&
         !D->Release)
       Held[NumHeld++] = V;
   }

@@ -1307,3 +1307,17 @@ TEST_F(InterpreterTest, ExplainFailureNamesTheFirstFailingGuardOrRead) {
             "value #4 (getattr)");
   EXPECT_FALSE(PyErr_Occurred());
 }
+
+TEST(RuntimeHelpersTest, DescriptorReadsOfNewReferencesAreGetattrAndGetitem) {
+  // gj_rt_read_run's paths hold the new references they read by testing
+  // for these two kinds: the other descriptor reads must stay borrowed.
+  const AccessorKind Kinds[] = {
+#define GJ_ACCESSOR(Enum, Spelling, TorchName) AccessorKind::Enum,
+#include "guardjit/IR/Accessors.def"
+  };
+  for (AccessorKind K : Kinds)
+    if (accessorHasReadDescriptor(K))
+      EXPECT_EQ(accessorReturnsNewRef(K),
+                K == AccessorKind::GetAttr || K == AccessorKind::GetItem)
+          << static_cast<int>(K);
+}
