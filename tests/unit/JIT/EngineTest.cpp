@@ -1569,6 +1569,359 @@ TEST_P(EngineTest, NanAndDictVersionGuards) {
   EXPECT_FALSE(both(*BS2, Fn2, eval("{'d': vd, 's': vs}").get())); // new tag
 }
 
+//===----------------------------------------------------------------------===//
+// Breaker: hostile inputs for the first tier's read paths (gj_rt_read_run,
+// ReadDescriptor::Path) and tuple/list items through descriptors.
+//===----------------------------------------------------------------------===//
+
+/// Runs the interpreter and the native check with `Reset` (Python
+/// statements) run before each, so that side effects of one do not leak
+/// into the other; reports a disagreement; returns the native answer.
+bool bothReset(const BoundGuardSet &BS, CheckFn Fn, PyObject *Locals,
+               const char *Reset) {
+  exec(Reset);
+  bool Interp = interpret(BS, Locals);
+  EXPECT_FALSE(PyErr_Occurred()) << "interpreter left an error set";
+  PyErr_Clear();
+  exec(Reset);
+  int Native = Fn(Locals);
+  EXPECT_FALSE(PyErr_Occurred()) << "native check left an error set";
+  PyErr_Clear();
+  EXPECT_EQ(Native == 1, Interp) << "JIT and interpreter disagree on "
+                                 << describe(Locals);
+  return Native == 1;
+}
+
+TEST_P(EngineTest, BreakerPathReleasesItsReferencesBeforeLaterGuards) {
+  // `q.fresh.x` is a read path at O0: `q.fresh` (a new object only the
+  // check holds) is released when the path ends, before the guard on
+  // `s.flag` runs. Its __del__ writes `s.flag`. The interpreter (and
+  // O1/O2, which hold new references to the end of the check) read
+  // flag == 1; O0 reads 2.
+  exec("class BrkState:\n"
+       "    flag = 1\n"
+       "class BrkFresh:\n"
+       "    def __init__(self): self.x = 1\n"
+       "    def __del__(self): BrkState.flag = 2\n"
+       "class BrkQ:\n"
+       "    @property\n"
+       "    def fresh(self): return BrkFresh()\n"
+       "brk_q = BrkQ()\n");
+  Ref One = eval("1");
+  SetBuilder SB;
+  ObjectId C1 = SB.object(One.get(), ObjectKind::Constant, true);
+  ValueId Q = SB.local("q");
+  ValueId X = SB.keyed(AccessorKind::GetAttr,
+                       SB.keyed(AccessorKind::GetAttr, Q, "fresh"), "x");
+  SB.guard(GuardKind::EqualsMatch, {X}, C1);
+  SB.guard(GuardKind::EqualsMatch,
+           {SB.keyed(AccessorKind::GetAttr, SB.local("s"), "flag")}, C1);
+  BUILD(SB);
+  Ref L = eval("{'q': brk_q, 's': BrkState}");
+  for (int I = 0; I < 3; ++I)
+    EXPECT_TRUE(bothReset(*BS, Fn, L.get(), "BrkState.flag = 1"));
+}
+
+TEST_P(EngineTest, BreakerReleasedReadReleasesBeforeLaterGuards) {
+  // The same with a single released read (ReadDescriptor::Release, not a
+  // path): `q.fresh` read by nothing but its fused TYPE_MATCH.
+  exec("class BrkState2:\n"
+       "    flag = 1\n"
+       "class BrkFresh2:\n"
+       "    def __del__(self): BrkState2.flag = 2\n"
+       "class BrkQ2:\n"
+       "    @property\n"
+       "    def fresh(self): return BrkFresh2()\n"
+       "brk_q2 = BrkQ2()\n");
+  Ref One = eval("1"), T = eval("BrkFresh2");
+  SetBuilder SB;
+  ValueId Q = SB.local("q");
+  SB.guard(GuardKind::TypeMatch, {SB.keyed(AccessorKind::GetAttr, Q, "fresh")},
+           SB.object(T.get(), ObjectKind::Type));
+  SB.guard(GuardKind::EqualsMatch,
+           {SB.keyed(AccessorKind::GetAttr, SB.local("s"), "flag")},
+           SB.object(One.get(), ObjectKind::Constant, true));
+  BUILD(SB);
+  Ref L = eval("{'q': brk_q2, 's': BrkState2}");
+  for (int I = 0; I < 3; ++I)
+    EXPECT_TRUE(bothReset(*BS, Fn, L.get(), "BrkState2.flag = 1"));
+}
+
+TEST_P(EngineTest, BreakerPathIntermediateWeakrefCallback) {
+  // The same through a weakref callback on the path's intermediate (a tuple
+  // item borrowed from a fresh tuple, read on): the callback runs when the
+  // tuple dies, and flips the flag a later guard reads.
+  exec("import weakref\n"
+       "class BrkState3:\n"
+       "    flag = 1\n"
+       "class BrkItem3:\n"
+       "    def __init__(self): self.a = 1\n"
+       "brk_wrs = []\n"
+       "def brk_cb(w): BrkState3.flag = 2\n"
+       "class BrkQ3:\n"
+       "    @property\n"
+       "    def fresh(self):\n"
+       "        o = BrkItem3(); brk_wrs.append(weakref.ref(o, brk_cb))\n"
+       "        return (o,)\n"
+       "brk_q3 = BrkQ3()\n");
+  Ref One = eval("1");
+  SetBuilder SB;
+  ObjectId C1 = SB.object(One.get(), ObjectKind::Constant, true);
+  ValueId Q = SB.local("q");
+  ValueId Item = SB.indexed(AccessorKind::TupleGetItem,
+                            SB.keyed(AccessorKind::GetAttr, Q, "fresh"), 0);
+  SB.guard(GuardKind::EqualsMatch, {SB.keyed(AccessorKind::GetAttr, Item, "a")},
+           C1);
+  SB.guard(GuardKind::EqualsMatch,
+           {SB.keyed(AccessorKind::GetAttr, SB.local("s"), "flag")}, C1);
+  BUILD(SB);
+  Ref L = eval("{'q': brk_q3, 's': BrkState3}");
+  for (int I = 0; I < 3; ++I)
+    EXPECT_TRUE(bothReset(*BS, Fn, L.get(), "BrkState3.flag = 1; brk_wrs.clear()"));
+}
+
+
+TEST_P(EngineTest, BreakerReadPathLengths) {
+  // Chains L['q'].n.n...n.v of K getattr reads (the FrameLocal read makes
+  // K+1 descriptor reads), around MaxReadPath = 8, with and without a fused
+  // TYPE_MATCH on every intermediate, failing at every depth in three ways,
+  // and the last check failing. Every fresh node must be dead after each
+  // call, no error left set, the root's refcount unchanged.
+  exec("import weakref\n"
+       "class BrkCfg:\n"
+       "    fail = -1\n"
+       "    mode = 'raise'\n"
+       "    v = 1\n"
+       "brk_nodes = []\n"
+       "class BrkNode:\n"
+       "    def __init__(self, d):\n"
+       "        self.d = d; self.v = BrkCfg.v\n"
+       "        brk_nodes.append(weakref.ref(self))\n"
+       "    def _next(self):\n"
+       "        d = self.d + 1\n"
+       "        if d == BrkCfg.fail:\n"
+       "            if BrkCfg.mode == 'raise': raise AttributeError('n')\n"
+       "            if BrkCfg.mode == 'none': return None\n"
+       "            if BrkCfg.mode == 'int': return 5\n"
+       "            if BrkCfg.mode == 'sub': return BrkNodeSub(d)\n"
+       "        return BrkNode(d)\n"
+       "    n = property(_next)\n"
+       "    m = property(_next)\n"
+       "class BrkNodeSub(BrkNode): pass\n"
+       "brk_root = BrkNode(0)\n"
+       "def brk_alive(): return sum(1 for w in brk_nodes if w() is not None)\n");
+  Ref One = eval("1"), NodeT = eval("BrkNode"), Root = eval("brk_root");
+  for (int K : {2, 6, 7, 8, 9, 10, 19, 20}) {
+    for (bool Typed : {false, true}) {
+      for (bool Sibling : {false, true}) {
+        SCOPED_TRACE("K=" + std::to_string(K) + " typed=" +
+                     std::to_string(Typed) + " sibling=" +
+                     std::to_string(Sibling));
+        SetBuilder SB;
+        ObjectId C1 = SB.object(One.get(), ObjectKind::Constant, true);
+        ObjectId TN = SB.object(NodeT.get(), ObjectKind::Type);
+        ValueId V = SB.local("q");
+        for (int I = 0; I < K - 1; ++I) {
+          V = SB.keyed(AccessorKind::GetAttr, V, "n");
+          if (Typed)
+            SB.guard(GuardKind::TypeMatch, {V}, TN);
+        }
+        SB.guard(GuardKind::EqualsMatch,
+                 {SB.keyed(AccessorKind::GetAttr, V, "v")}, C1);
+        if (Sibling) {
+          // A second path from the same parent and a single read, one run.
+          ValueId Q = SB.local("q");
+          SB.guard(GuardKind::EqualsMatch,
+                   {SB.keyed(AccessorKind::GetAttr,
+                             SB.keyed(AccessorKind::GetAttr, Q, "m"), "v")},
+                   C1);
+          SB.guard(GuardKind::EqualsMatch,
+                   {SB.keyed(AccessorKind::GetAttr, Q, "v")}, C1);
+          SB.guard(GuardKind::EqualsMatch,
+                   {SB.keyed(AccessorKind::GetAttr, SB.local("r"), "v")}, C1);
+        }
+        BUILD(SB);
+        Ref L = eval("{'q': brk_root, 'r': brk_root}");
+        Py_ssize_t RootRefs = Py_REFCNT(Root.get());
+        Py_ssize_t OneRefs = Py_REFCNT(One.get());
+        auto Check = [&](const char *Setup, bool Expect) {
+          exec(Setup);
+          exec("brk_nodes.clear()");
+          bool R = both(*BS, Fn, L.get());
+          EXPECT_EQ(R, Expect) << Setup;
+          Ref Alive = eval("brk_alive()");
+          EXPECT_EQ(PyLong_AsLong(Alive.get()), 0) << Setup;
+        };
+        for (int I = 0; I < 3; ++I)
+          Check("BrkCfg.fail = -1; BrkCfg.v = 1", true);
+        Check("BrkCfg.fail = -1; BrkCfg.v = 2", false);
+        for (int F = 1; F < K; ++F)
+          for (const char *Mode : {"raise", "none", "int", "sub"}) {
+            std::string Setup = "BrkCfg.v = 1; BrkCfg.fail = " +
+                                std::to_string(F) + "; BrkCfg.mode = '" +
+                                Mode + "'";
+            bool Expect = std::string(Mode) == "sub" && !Typed;
+            // `m` fails at depth 1 too.
+            if (Sibling && F == 1 && std::string(Mode) != "sub")
+              Expect = false;
+            Check(Setup.c_str(), Expect);
+          }
+        Check("BrkCfg.fail = -1; BrkCfg.v = 1", true);
+        EXPECT_EQ(Py_REFCNT(Root.get()), RootRefs);
+        EXPECT_EQ(Py_REFCNT(One.get()), OneRefs);
+      }
+    }
+  }
+}
+
+
+TEST_P(EngineTest, BreakerTupleListItemsHostileParents) {
+  // TupleGetItem / ListGetItem (PyTuple_GetItem / PyList_GetItem rules:
+  // subclasses allowed, no __getitem__ call, no negative index) with every
+  // fused guard kind, as a dead read, a path head (`x[i].real`) and a run
+  // of sibling items, on hostile parents.
+  exec("class BrkTG(tuple):\n"
+       "    def __getitem__(self, i): return 99\n"
+       "    def __len__(self): return 0\n"
+       "class BrkLG(list):\n"
+       "    def __getitem__(self, i): return 99\n"
+       "    def __len__(self): return 0\n"
+       "brk_parents = [(1, None, 1), BrkTG((1, None, 1)), [1, None, 1],\n"
+       "               BrkLG([1, None, 1]), (), [], {0: 1, 1: None, 2: 1},\n"
+       "               None, 'abc', (1,), [1], (True, False, 1.0),\n"
+       "               [2, 3, 4], (10**30, None, 1)]\n");
+  Ref One = eval("1"), IntT = eval("int"), Parents = eval("brk_parents");
+  const GuardKind Kinds[] = {GuardKind::TypeMatch, GuardKind::IdMatch,
+                             GuardKind::EqualsMatch, GuardKind::NotNone,
+                             GuardKind::NoneMatch, GuardKind::TrueMatch};
+  for (AccessorKind AK : {AccessorKind::TupleGetItem, AccessorKind::ListGetItem})
+    for (int64_t Index : {0, 1, 2, 3, 1000, -2})
+      for (int Shape = 0; Shape < 3; ++Shape)
+        for (int KI = -1; KI < 6; ++KI) {
+          SCOPED_TRACE("accessor=" + std::to_string(int(AK)) + " index=" +
+                       std::to_string(Index) + " shape=" +
+                       std::to_string(Shape) + " kind=" + std::to_string(KI));
+          SetBuilder SB;
+          ObjectId C1 = SB.object(One.get(), ObjectKind::Constant, true);
+          ObjectId TI = SB.object(IntT.get(), ObjectKind::Type);
+          ValueId X = SB.local("x");
+          ValueId Item = SB.indexed(AK, X, Index);
+          auto Guard = [&](ValueId V) {
+            if (KI < 0)
+              return;
+            GuardKind K = Kinds[KI];
+            ObjectId O = K == GuardKind::TypeMatch   ? TI
+                         : K == GuardKind::IdMatch   ? C1
+                         : K == GuardKind::EqualsMatch ? C1
+                                                       : InvalidId;
+            SB.guard(K, {V}, O);
+          };
+          Guard(Item);
+          if (Shape >= 1) // a path: x[i].real
+            SB.guard(GuardKind::EqualsMatch,
+                     {SB.keyed(AccessorKind::GetAttr, Item, "real")}, C1);
+          if (Shape == 2) { // a sibling item after it, in the same run
+            ValueId Other = SB.indexed(AK, X, Index == 0 ? 2 : 0);
+            SB.guard(GuardKind::NotNone, {Other});
+          }
+          if (Shape == 0 && KI < 0)
+            SB.guard(GuardKind::NotNone, {SB.local("y")});
+          BUILD(SB);
+          for (Py_ssize_t P = 0; P < PyList_GET_SIZE(Parents.get()); ++P) {
+            Ref L(PyDict_New());
+            PyDict_SetItemString(L.get(), "x",
+                                 PyList_GET_ITEM(Parents.get(), P));
+            PyDict_SetItemString(L.get(), "y", Py_True);
+            both(*BS, Fn, L.get());
+          }
+        }
+}
+
+TEST_P(EngineTest, BreakerListItemEqMutatesList) {
+  // A fused EQUALS_MATCH on a list item whose __eq__ mutates the list (and
+  // the locals dict): the sibling item read after it must see the same list
+  // the interpreter sees.
+  exec("class BrkEqM:\n"
+       "    def __init__(self, what): self.what = what\n"
+       "    def __eq__(self, other):\n"
+       "        lst = brk_lst\n"
+       "        if self.what == 'clear': lst.clear()\n"
+       "        elif self.what == 'insert': lst.insert(0, None)\n"
+       "        elif self.what == 'pop': lst.pop()\n"
+       "        elif self.what == 'replace': lst[1] = None\n"
+       "        return True\n"
+       "    __hash__ = object.__hash__\n"
+       "brk_lst = []\n"
+       "brk_c = BrkEqM('const')\n");
+  Ref C = eval("brk_c"), One = eval("1");
+  for (bool Path : {false, true}) {
+    SetBuilder SB;
+    ValueId X = SB.local("x");
+    ValueId I0 = SB.indexed(AccessorKind::ListGetItem, X, 0);
+    SB.guard(GuardKind::EqualsMatch, {I0},
+             SB.object(C.get(), ObjectKind::Constant, true));
+    ValueId I1 = SB.indexed(AccessorKind::ListGetItem, X, 1);
+    if (Path)
+      SB.guard(GuardKind::NotNone,
+               {SB.keyed(AccessorKind::GetAttr, I1, "what")});
+    else
+      SB.guard(GuardKind::NotNone, {I1});
+    BUILD(SB);
+    for (const char *What : {"clear", "insert", "pop", "replace", "none"}) {
+      SCOPED_TRACE(std::string(What) + (Path ? " path" : ""));
+      std::string Reset = "brk_lst[:] = [BrkEqM('" + std::string(What) +
+                          "'), BrkEqM('x')]";
+      Ref L = eval("{'x': brk_lst}");
+      bothReset(*BS, Fn, L.get(), Reset.c_str());
+    }
+  }
+}
+
+
+TEST_P(EngineTest, BreakerPathEndKillsRunParent) {
+  // The run's parent `q` is borrowed from the frame locals, which hold its
+  // only reference. `q.fresh` is a new object only the check holds; its
+  // __del__ pops `q` from the locals and allocates look-alikes with v = 2.
+  // The interpreter (and O1/O2) hold `q.fresh` to the end of the check, so
+  // `q.v` is read from the live `q`. At O0 `q.fresh` dies when its path (or
+  // its released read) ends, inside gj_rt_read_run, and the next step of
+  // the same run reads `q.v` from the freed `q`: use after free.
+  exec("class BrkQ4:\n"
+       "    def __init__(self): self.v = 1\n"
+       "    @property\n"
+       "    def fresh(self): return BrkFresh4()\n"
+       "class BrkJunk4:\n"
+       "    def __init__(self): self.v = 2\n"
+       "brk_L4 = {}\n"
+       "brk_junk4 = []\n"
+       "class BrkFresh4:\n"
+       "    def __init__(self): self.x = 1\n"
+       "    def __del__(self):\n"
+       "        brk_L4.pop('q', None)\n"
+       "        brk_junk4.extend(BrkJunk4() for _ in range(200))\n");
+  Ref One = eval("1"), FreshT = eval("BrkFresh4");
+  for (bool Path : {false, true}) {
+    SCOPED_TRACE(Path ? "path q.fresh.x" : "released read q.fresh");
+    SetBuilder SB;
+    ObjectId C1 = SB.object(One.get(), ObjectKind::Constant, true);
+    ValueId Q = SB.local("q");
+    ValueId Fresh = SB.keyed(AccessorKind::GetAttr, Q, "fresh");
+    if (Path)
+      SB.guard(GuardKind::EqualsMatch,
+               {SB.keyed(AccessorKind::GetAttr, Fresh, "x")}, C1);
+    else
+      SB.guard(GuardKind::TypeMatch, {Fresh},
+               SB.object(FreshT.get(), ObjectKind::Type));
+    SB.guard(GuardKind::EqualsMatch, {SB.keyed(AccessorKind::GetAttr, Q, "v")},
+             C1);
+    BUILD(SB);
+    Ref L = eval("brk_L4");
+    for (int I = 0; I < 3; ++I)
+      EXPECT_TRUE(bothReset(*BS, Fn, L.get(),
+                            "brk_junk4.clear(); brk_L4['q'] = BrkQ4()"));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllLevels, EngineTest,
                          ::testing::Values(OptLevel::O0, OptLevel::Light,
                                            OptLevel::O1, OptLevel::O2),
