@@ -241,3 +241,34 @@ def test_path_end_must_not_free_the_run_parent():
                            env=env)
         assert r.returncode == 0, (level, r.returncode, r.stderr[-2000:])
         assert r.stdout.split() == ["True", "True"], (level, r.stdout)
+
+
+E2E = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                   "breaker_e2e_cases.py")
+
+
+def _e2e(guardjit, cache_dir=None):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("GUARDJIT", "GUARDJIT_CACHE_DIR", "PYTHONMALLOC")}
+    if guardjit:
+        env.update(GUARDJIT="1", GUARDJIT_FIRST_TIER="sync",
+                   GUARDJIT_TIER_UP="off", GUARDJIT_OPT="O0")
+    if cache_dir:
+        env["GUARDJIT_CACHE_DIR"] = cache_dir
+    r = subprocess.run([sys.executable, E2E], capture_output=True, text=True,
+                       timeout=600, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_e2e_paths_and_items_match_plain_torch(tmp_path):
+    plain = _e2e(False)
+    for s in plain["steps"]:
+        assert s[0] == s[1], s
+    first = _e2e(True, str(tmp_path))
+    second = _e2e(True, str(tmp_path))  # object cache hit
+    assert [s[:2] for s in first["steps"]] == [s[:2] for s in plain["steps"]]
+    assert [s[:2] for s in second["steps"]] == [s[:2] for s in plain["steps"]]
+    # same recompiles as plain torch
+    assert [s[2] for s in first["steps"]] == [s[2] for s in plain["steps"]]
+    assert [s[2] for s in second["steps"]] == [s[2] for s in plain["steps"]]

@@ -1922,6 +1922,159 @@ TEST_P(EngineTest, BreakerPathEndKillsRunParent) {
   }
 }
 
+
+TEST_P(EngineTest, BreakerMixedPathsRefcountsAndFreshContainers) {
+  // Paths through every descriptor accessor (getattr, getitem, tuple and
+  // list items, dict get item, __code__ of a bound method), where each
+  // container on the way is fresh (only the check holds it) and its items
+  // change between calls; a module read path through fresh modules.
+  exec("import types, weakref\n"
+       "brk_w5 = []\n"
+       "class BrkCfg5:\n"
+       "    v = 1\n"
+       "    fail = ''\n"
+       "class BrkLeaf5:\n"
+       "    def __init__(self):\n"
+       "        self.v = BrkCfg5.v\n"
+       "        brk_w5.append(weakref.ref(self))\n"
+       "    def meth(self): pass\n"
+       "class BrkMap5:\n"
+       "    def __getitem__(self, k):\n"
+       "        if BrkCfg5.fail == 'getitem': raise KeyError(k)\n"
+       "        return {'d': [(BrkLeaf5(),)]}\n"
+       "class BrkQ5:\n"
+       "    @property\n"
+       "    def fresh(self):\n"
+       "        if BrkCfg5.fail == 'fresh': raise RuntimeError('boom')\n"
+       "        m = BrkMap5(); brk_w5.append(weakref.ref(m)); return m\n"
+       "    @property\n"
+       "    def mod(self):\n"
+       "        m = types.ModuleType('brkmod'); m.sub = types.ModuleType('s')\n"
+       "        m.sub.x = BrkCfg5.v; brk_w5.append(weakref.ref(m))\n"
+       "        return m\n"
+       "    @property\n"
+       "    def leaf(self): return BrkLeaf5()\n"
+       "brk_q5 = BrkQ5()\n"
+       "brk_code5 = BrkLeaf5.meth.__code__\n"
+       "def brk_alive5(): return sum(1 for w in brk_w5 if w() is not None)\n");
+  Ref One = eval("1"), Code = eval("brk_code5"), Q = eval("brk_q5"),
+      Meth = eval("BrkLeaf5.meth");
+  SetBuilder SB;
+  ObjectId C1 = SB.object(One.get(), ObjectKind::Constant, true);
+  ValueId LQ = SB.local("q");
+  // q.fresh['k']['d'][0][0].v == 1   (getattr, getitem, dict, list, tuple,
+  // getattr: 7 descriptor reads with L['q'])
+  ValueId V = SB.keyed(AccessorKind::GetAttr, LQ, "fresh");
+  V = SB.keyed(AccessorKind::GetItem, V, "k");
+  V = SB.keyed(AccessorKind::DictGetItem, V, "d");
+  V = SB.indexed(AccessorKind::ListGetItem, V, 0);
+  V = SB.indexed(AccessorKind::TupleGetItem, V, 0);
+  SB.guard(GuardKind::EqualsMatch, {SB.keyed(AccessorKind::GetAttr, V, "v")},
+           C1);
+  // q.leaf.meth.__code__ is brk_code5
+  SB.guard(GuardKind::IdMatch,
+           {SB.unary(AccessorKind::Code,
+                     SB.keyed(AccessorKind::GetAttr,
+                              SB.keyed(AccessorKind::GetAttr, LQ, "leaf"),
+                              "meth"))},
+           SB.object(Code.get()));
+  // q.mod.sub.x == 1 (module getattr memos on fresh modules)
+  SB.guard(GuardKind::EqualsMatch,
+           {SB.keyed(AccessorKind::GetAttr,
+                     SB.keyed(AccessorKind::GetAttr,
+                              SB.keyed(AccessorKind::GetAttr, LQ, "mod"),
+                              "sub"),
+                     "x")},
+           C1);
+  BUILD(SB);
+  if (GetParam() == OptLevel::O0) {
+    auto IR = JIT->emitLLVM(*BS);
+    ASSERT_TRUE(!!IR);
+    EXPECT_NE(IR->find("gj_rt_read_run"), std::string::npos) << *IR;
+  }
+  Ref L = eval("{'q': brk_q5}");
+  exec("brk_meth5 = BrkLeaf5.meth");
+  Py_ssize_t QRefs = Py_REFCNT(Q.get()), CodeRefs = Py_REFCNT(Code.get()),
+             OneRefs = Py_REFCNT(One.get()), MethRefs = Py_REFCNT(Meth.get());
+  struct Case {
+    const char *Setup;
+    bool Expect;
+  } Cases[] = {
+      {"BrkCfg5.v = 1; BrkCfg5.fail = ''", true},
+      {"BrkCfg5.v = 2; BrkCfg5.fail = ''", false},
+      {"BrkCfg5.v = 1; BrkCfg5.fail = 'getitem'", false},
+      {"BrkCfg5.v = 1; BrkCfg5.fail = 'fresh'", false},
+      {"BrkCfg5.v = 1; BrkCfg5.fail = ''", true},
+      {"BrkCfg5.v = 1; BrkLeaf5.meth = lambda self: None", false},
+      {"BrkCfg5.v = 1; BrkLeaf5.meth = brk_meth5", true},
+  };
+  for (int Round = 0; Round < 4; ++Round)
+    for (const Case &C : Cases) {
+      SCOPED_TRACE(C.Setup);
+      exec(C.Setup);
+      exec("brk_w5.clear()");
+      EXPECT_EQ(both(*BS, Fn, L.get()), C.Expect);
+      Ref Alive = eval("brk_alive5()");
+      EXPECT_EQ(PyLong_AsLong(Alive.get()), 0);
+    }
+  EXPECT_EQ(Py_REFCNT(Q.get()), QRefs);
+  EXPECT_EQ(Py_REFCNT(Code.get()), CodeRefs);
+  EXPECT_EQ(Py_REFCNT(One.get()), OneRefs);
+  EXPECT_EQ(Py_REFCNT(Meth.get()), MethRefs);
+}
+
+TEST_P(EngineTest, BreakerFreshDictPathMemo) {
+  // q.fresh['k'].v with a fresh dict per call whose item alternates between
+  // two objects: the dict memo of a path's read must never answer for a
+  // dead dict (a new dict at the same address).
+  exec("class BrkQ6:\n"
+       "    n = 0\n"
+       "    @property\n"
+       "    def fresh(self):\n"
+       "        BrkQ6.n += 1\n"
+       "        o = BrkLeaf6(); o.v = BrkQ6.n % 2\n"
+       "        return {'k': o}\n"
+       "class BrkLeaf6: pass\n"
+       "brk_q6 = BrkQ6()\n");
+  Ref One = eval("1");
+  SetBuilder SB;
+  ValueId D = SB.keyed(AccessorKind::GetAttr, SB.local("q"), "fresh");
+  SB.guard(GuardKind::EqualsMatch,
+           {SB.keyed(AccessorKind::GetAttr,
+                     SB.keyed(AccessorKind::DictGetItem, D, "k"), "v")},
+           SB.object(One.get(), ObjectKind::Constant, true));
+  BUILD(SB);
+  Ref L = eval("{'q': brk_q6}");
+  for (int I = 0; I < 40; ++I) {
+    exec("BrkQ6.n = 0");
+    bool Interp = interpret(*BS, L.get()); // n = 1: v = 1
+    exec("BrkQ6.n = 0");
+    EXPECT_EQ(Fn(L.get()) == 1, Interp);
+    EXPECT_TRUE(Interp);
+    exec("BrkQ6.n = 1");
+    Interp = interpret(*BS, L.get()); // n = 2: v = 0
+    exec("BrkQ6.n = 1");
+    EXPECT_EQ(Fn(L.get()) == 1, Interp);
+    EXPECT_FALSE(Interp);
+  }
+}
+
+TEST_P(EngineTest, BreakerHugeItemIndices) {
+  Ref One = eval("1");
+  for (int64_t Index : {int64_t(1) << 31, int64_t(1) << 32, int64_t(1) << 40,
+                        int64_t(1) << 62, INT64_MAX, INT64_MIN, int64_t(-3)})
+    for (AccessorKind AK :
+         {AccessorKind::TupleGetItem, AccessorKind::ListGetItem}) {
+      SCOPED_TRACE(std::to_string(Index));
+      SetBuilder SB;
+      SB.guard(GuardKind::EqualsMatch, {SB.indexed(AK, SB.local("x"), Index)},
+               SB.object(One.get(), ObjectKind::Constant, true));
+      BUILD(SB);
+      EXPECT_FALSE(both(*BS, Fn, eval("{'x': (1, 1, 1)}").get()));
+      EXPECT_FALSE(both(*BS, Fn, eval("{'x': [1, 1, 1]}").get()));
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllLevels, EngineTest,
                          ::testing::Values(OptLevel::O0, OptLevel::Light,
                                            OptLevel::O1, OptLevel::O2),
