@@ -2075,6 +2075,103 @@ TEST_P(EngineTest, BreakerHugeItemIndices) {
     }
 }
 
+
+TEST_P(EngineTest, BreakerPathErrorsAreCleared) {
+  // Errors on a path: a middle read raising a non-AttributeError, a fused
+  // EQUALS_MATCH whose __eq__ raises in the middle of a path, __del__ and a
+  // weakref callback of a held reference raising when the path ends.
+  exec("import weakref\n"
+       "class BrkCfg7:\n"
+       "    mode = ''\n"
+       "class BrkEq7:\n"
+       "    def __eq__(self, o):\n"
+       "        if BrkCfg7.mode == 'eq': raise ValueError('eq')\n"
+       "        return True\n"
+       "    __hash__ = object.__hash__\n"
+       "    @property\n"
+       "    def x(self):\n"
+       "        if BrkCfg7.mode == 'x': raise RuntimeError('x')\n"
+       "        return BrkDel7()\n"
+       "brk_cbs7 = []\n"
+       "def brk_cb7(w): raise KeyError('cb')\n"
+       "class BrkDel7:\n"
+       "    def __init__(self):\n"
+       "        self.v = 1\n"
+       "        brk_cbs7.append(weakref.ref(self, brk_cb7))\n"
+       "    def __del__(self): raise OSError('del')\n"
+       "class BrkQ7:\n"
+       "    @property\n"
+       "    def e(self): return BrkEq7()\n"
+       "brk_q7 = BrkQ7()\n"
+       "brk_c7 = BrkEq7()\n"
+       "import sys\n"
+       "brk_unraisable7 = []\n"
+       "sys.unraisablehook = lambda u: brk_unraisable7.append(u.exc_type)\n");
+  Ref One = eval("1"), C = eval("brk_c7");
+  SetBuilder SB;
+  ValueId E = SB.keyed(AccessorKind::GetAttr, SB.local("q"), "e");
+  SB.guard(GuardKind::EqualsMatch, {E},
+           SB.object(C.get(), ObjectKind::Constant, true));
+  SB.guard(GuardKind::EqualsMatch,
+           {SB.keyed(AccessorKind::GetAttr,
+                     SB.keyed(AccessorKind::GetAttr, E, "x"), "v")},
+           SB.object(One.get(), ObjectKind::Constant, true));
+  SB.guard(GuardKind::NotNone, {SB.local("r")});
+  BUILD(SB);
+  Ref L = eval("{'q': brk_q7, 'r': 1}");
+  for (const char *Mode : {"", "eq", "x", ""}) {
+    SCOPED_TRACE(Mode);
+    exec((std::string("BrkCfg7.mode = '") + Mode + "'").c_str());
+    EXPECT_EQ(both(*BS, Fn, L.get()), *Mode == 0);
+  }
+  exec("sys.unraisablehook = sys.__unraisablehook__");
+}
+
+
+TEST_P(EngineTest, BreakerPersistentChainRefcountsAtEveryFailure) {
+  // A persistent chain L['q'].n.n...n.v (every node lives on): a fused
+  // TYPE_MATCH on each intermediate fails at each depth in turn (the node's
+  // __class__ swapped); every node's refcount must be back after each call.
+  exec("class BrkN8: pass\n"
+       "class BrkN8b(BrkN8): pass\n"
+       "brk_nodes8 = [BrkN8() for _ in range(12)]\n"
+       "for a, b in zip(brk_nodes8, brk_nodes8[1:]): a.n = b\n"
+       "for x in brk_nodes8: x.v = 1\n");
+  Ref One = eval("1"), T = eval("BrkN8"), Nodes = eval("brk_nodes8");
+  for (int K : {3, 8, 9, 11}) {
+    SCOPED_TRACE(K);
+    SetBuilder SB;
+    ObjectId TN = SB.object(T.get(), ObjectKind::Type);
+    ValueId V = SB.local("q");
+    for (int I = 0; I < K; ++I) {
+      V = SB.keyed(AccessorKind::GetAttr, V, "n");
+      SB.guard(GuardKind::TypeMatch, {V}, TN);
+    }
+    SB.guard(GuardKind::EqualsMatch, {SB.keyed(AccessorKind::GetAttr, V, "v")},
+             SB.object(One.get(), ObjectKind::Constant, true));
+    BUILD(SB);
+    Ref L = eval("{'q': brk_nodes8[0]}");
+    std::vector<Py_ssize_t> Refs;
+    for (Py_ssize_t I = 0; I < PyList_GET_SIZE(Nodes.get()); ++I)
+      Refs.push_back(Py_REFCNT(PyList_GET_ITEM(Nodes.get(), I)));
+    for (int F = 0; F <= K + 1; ++F) {
+      // F in 1..K: node F's type is wrong; K+1: the last .v is wrong.
+      std::string Setup =
+          "for i, x in enumerate(brk_nodes8):\n"
+          "    x.__class__ = BrkN8b if i == " + std::to_string(F) +
+          " else BrkN8\n"
+          "    x.v = 2 if i == " + std::to_string(K) + " and " +
+          std::to_string(F) + " == " + std::to_string(K + 1) + " else 1\n";
+      exec(Setup.c_str());
+      for (int R = 0; R < 3; ++R)
+        EXPECT_EQ(both(*BS, Fn, L.get()), F == 0) << F;
+      for (Py_ssize_t I = 0; I < PyList_GET_SIZE(Nodes.get()); ++I)
+        EXPECT_EQ(Py_REFCNT(PyList_GET_ITEM(Nodes.get(), I)), Refs[I])
+            << "node " << I << " fail at " << F;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllLevels, EngineTest,
                          ::testing::Values(OptLevel::O0, OptLevel::Light,
                                            OptLevel::O1, OptLevel::O2),
