@@ -272,3 +272,21 @@ def test_e2e_paths_and_items_match_plain_torch(tmp_path):
     # same recompiles as plain torch
     assert [s[2] for s in first["steps"]] == [s[2] for s in plain["steps"]]
     assert [s[2] for s in second["steps"]] == [s[2] for s in plain["steps"]]
+
+
+SAME_IR_CHILD = 'import sys, gc, os\nfrom guardjit import _core\nlevel = sys.argv[1]\n\nclass Node: pass\nclass Tok:\n    def __repr__(self): return "Tok()"\n\ndef make(tok, keep):\n    s = _core.GuardSet("same_ir")\n    def obj(kind, x):\n        keep.append(x); return s.add_object(kind, x, True, repr(x))\n    lq = s.add_value("frame_local", 0, "L[\'q\']", name="q", key=obj("key", "q"))\n    a = s.add_value("getattr", lq, "L[\'q\'].a", name="a", key=obj("key", "a"))\n    b = s.add_value("getattr", a, "L[\'q\'].a.b", name="b", key=obj("key", "b"))\n    t = s.add_value("tuple_get_item", b, "L[\'q\'].a.b[0]", index=0)\n    s.add_guard("id_match", [t], object=obj("object", tok))\n    d = s.add_value("getattr", lq, "L[\'q\'].d", name="d", key=obj("key", "d"))\n    dk = s.add_value("dict_get_item", d, "L[\'q\'].d[\'k\']", key=obj("key", "k"))\n    s.add_guard("id_match", [dk], object=obj("object", tok))\n    s.add_guard("dict_contains", [d], object=obj("key", "k"), int=1)\n    return s\n\ndef world(tok):\n    q = Node(); q.a = Node(); q.a.b = (tok,); q.d = {"k": tok}; return q\n\nta, tb = Tok(), Tok()\nka, kb = [], []\nsa, sb = make(ta, ka), make(tb, kb)\nba, bb = _core.bind(sa), _core.bind(sb)\nca = _core.compile(ba, level)\ncb = _core.compile(bb, level)\nna, nb = _core.make_guard(ba, ca), _core.make_guard(bb, cb)\nia, ib = _core.make_guard(ba, None), _core.make_guard(bb, None)\nres = []\nfor _ in range(3):\n    for tok in (ta, tb):\n        L = {"q": world(tok)}\n        res.append((bool(na(L)), bool(ia(L)), bool(nb(L)), bool(ib(L))))\ndel na, ia, ca, ba, sa, ka\ngc.collect()\njunk = [bytearray(200) for _ in range(10000)]\nfor _ in range(3):\n    for tok in (ta, tb):\n        L = {"q": world(tok)}\n        res.append((None, None, bool(nb(L)), bool(ib(L))))\nbad = [r for r in res if r[0] != r[1] or r[2] != r[3]]\nprint(level, "bad:", bad, _core.object_cache_stats())\n'
+
+
+def test_same_ir_twice_in_one_process_uses_each_sets_memos(tmp_path):
+    # Two sets of one IR over different objects: the second compile hits
+    # the first's cached object, and must address its own memo array (the
+    # relocatable gj.memos base), also after the first set is freed.
+    for level in ("O0", "O0", "O1"):
+        env = dict(os.environ, GUARDJIT_CACHE_DIR=str(tmp_path),
+                   PYTHONMALLOC="debug")
+        r = subprocess.run([sys.executable, "-c", SAME_IR_CHILD, level],
+                           capture_output=True, text=True, timeout=300,
+                           env=env)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert "bad: []" in r.stdout, r.stdout
+        assert "'hits': 0" not in r.stdout, r.stdout
