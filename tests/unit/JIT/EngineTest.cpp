@@ -2172,6 +2172,64 @@ TEST_P(EngineTest, BreakerPersistentChainRefcountsAtEveryFailure) {
   }
 }
 
+
+TEST_P(EngineTest, BreakerPathSideEffectsOnParentAndLocals) {
+  // A property read on a path mutates its parent object, the frame locals
+  // (the dict of the run from the root) and a dict read later in the run.
+  exec("class BrkCfg9:\n"
+       "    mode = ''\n"
+       "class BrkR9:\n"
+       "    def __init__(self, v): self.v = v\n"
+       "class BrkA9:\n"
+       "    x = 1\n"
+       "brk_L9 = {}\n"
+       "class BrkQ9:\n"
+       "    def __init__(self):\n"
+       "        self.b = 1; self.d = {'j': 1}\n"
+       "    @property\n"
+       "    def a(self):\n"
+       "        m = BrkCfg9.mode\n"
+       "        if m == 'replace_r': brk_L9['r'] = BrkR9(2)\n"
+       "        elif m == 'same_r': brk_L9['r'] = BrkR9(1)\n"
+       "        elif m == 'del_r': del brk_L9['r']\n"
+       "        elif m == 'setattr': self.b = 5\n"
+       "        elif m == 'delattr': del self.b\n"
+       "        elif m == 'dict': self.d['j'] = 2\n"
+       "        elif m == 'dict_same': self.d['j'] = 1; self.d['z'] = 0\n"
+       "        elif m == 'newdict': self.d = {'j': 1}\n"
+       "        elif m == 'locals_grow':\n"
+       "            for i in range(50): brk_L9['pad%d' % i] = i\n"
+       "        return BrkA9()\n");
+  Ref One = eval("1");
+  SetBuilder SB;
+  ObjectId C1 = SB.object(One.get(), ObjectKind::Constant, true);
+  ValueId Q = SB.local("q");
+  SB.guard(GuardKind::EqualsMatch,
+           {SB.keyed(AccessorKind::GetAttr,
+                     SB.keyed(AccessorKind::GetAttr, Q, "a"), "x")},
+           C1);
+  SB.guard(GuardKind::EqualsMatch, {SB.keyed(AccessorKind::GetAttr, Q, "b")},
+           C1);
+  SB.guard(GuardKind::EqualsMatch,
+           {SB.keyed(AccessorKind::DictGetItem,
+                     SB.keyed(AccessorKind::GetAttr, Q, "d"), "j")},
+           C1);
+  SB.guard(GuardKind::EqualsMatch,
+           {SB.keyed(AccessorKind::GetAttr, SB.local("r"), "v")}, C1);
+  BUILD(SB);
+  Ref L = eval("brk_L9");
+  for (int Round = 0; Round < 3; ++Round)
+    for (const char *Mode :
+         {"", "replace_r", "same_r", "del_r", "setattr", "delattr", "dict",
+          "dict_same", "newdict", "locals_grow", ""}) {
+      SCOPED_TRACE(Mode);
+      std::string Reset = std::string("BrkCfg9.mode = '") + Mode +
+                          "'; brk_L9.clear(); brk_L9['q'] = brk_q9 = "
+                          "BrkQ9(); brk_L9['r'] = BrkR9(1)";
+      bothReset(*BS, Fn, L.get(), Reset.c_str());
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllLevels, EngineTest,
                          ::testing::Values(OptLevel::O0, OptLevel::Light,
                                            OptLevel::O1, OptLevel::O2),
