@@ -447,7 +447,7 @@ void Lowerer::emitValue(ValueId Id, LoweringStats &Stats) {
   Vals[Id] = Result;
   // A NULL read fails the set; the failure does not own the NULL.
   failUnless(B.CreateIsNotNull(Result, Name + ".ok"));
-  if (accessorReturnsNewRef(V.Kind) && CallMemo && !Released[Id]) {
+  if (accessorReturnsNewRef(V.Kind) && CallMemo) {
     // Two stores instead of a cleanup block and a release on success (each
     // a call): the array slot and the count that "fail.release" reads.
     beginBlock(Name + ".owned");
@@ -455,15 +455,7 @@ void Lowerer::emitValue(ValueId Id, LoweringStats &Stats) {
     B.CreateAlignedStore(
         Result, B.CreateConstInBoundsGEP1_64(PtrTy, RefArray, K), Align(8));
     B.CreateAlignedStore(ConstantInt::get(I64, K + 1), RefCount, Align(8));
-    if (!RefFail) {
-      RefFail = BasicBlock::Create(Ctx, "fail.release", F);
-      IRBuilder<> RB(RefFail);
-      RB.CreateCall(helper("gj_rt_decref_array", RB.getVoidTy(), {PtrTy, I64}),
-                    {RefArray, RB.CreateAlignedLoad(I64, RefCount, Align(8))});
-      RB.CreateBr(FailTarget);
-      FailTarget = RefFail;
-      ReleaseBlocks.push_back(RefFail);
-    }
+    useRefArray();
     NewRefs.emplace_back(Id, Result);
   } else if (accessorReturnsNewRef(V.Kind) && !CallMemo) {
     // From here on a failure must release this reference: give it its own
@@ -487,12 +479,43 @@ void Lowerer::emitReadRun(ValueId First, size_t N, LoweringStats &Stats) {
                     BS->readDescriptor(First) + (N - 1));
   std::string P = prefix('v', First);
   beginBlock(P + ".read_run");
+  // The run stores the new references it reads in the frame array from
+  // the count on (gj_rt_read_run): as many slots as it has such reads,
+  // all filled when it passes.
+  uint64_t NumOwned = 0;
+  for (ValueId Id = First; Id < First + N; ++Id)
+    NumOwned += accessorReturnsNewRef(S.value(Id).Kind);
+  llvm::Value *Refs = ConstantPointerNull::get(PtrTy);
+  llvm::Value *Count = ConstantPointerNull::get(PtrTy);
+  if (NumOwned) {
+    B.CreateAlignedStore(ConstantInt::get(I64, NewRefs.size()), RefCount,
+                         Align(8));
+    useRefArray();
+    Refs = RefArray;
+    Count = RefCount;
+  }
   llvm::Value *Ok = B.CreateCall(
-      helper("gj_rt_read_run", I32, {PtrTy, PtrTy, I64}),
-      {Vals[S.value(First).Parent], valueMemo(First), ConstantInt::get(I64, N)},
+      helper("gj_rt_read_run", I32, {PtrTy, PtrTy, I64, PtrTy, PtrTy}),
+      {Vals[S.value(First).Parent], valueMemo(First), ConstantInt::get(I64, N),
+       Refs, Count},
       P + ".run");
   failUnless(isTrue(Ok));
+  for (ValueId Id = First; Id < First + N; ++Id)
+    if (accessorReturnsNewRef(S.value(Id).Kind))
+      NewRefs.emplace_back(Id, nullptr); // stored by the helper
   (void)Stats; // helper reads are counted nowhere, as in emitValue
+}
+
+void Lowerer::useRefArray() {
+  if (RefFail)
+    return;
+  RefFail = BasicBlock::Create(Ctx, "fail.release", F);
+  IRBuilder<> RB(RefFail);
+  RB.CreateCall(helper("gj_rt_decref_array", RB.getVoidTy(), {PtrTy, I64}),
+                {RefArray, RB.CreateAlignedLoad(I64, RefCount, Align(8))});
+  RB.CreateBr(FailTarget);
+  FailTarget = RefFail;
+  ReleaseBlocks.push_back(RefFail);
 }
 
 void Lowerer::emitDictContainsRun(ArrayRef<size_t> Indices,

@@ -239,9 +239,6 @@ private:
   /// CallMemo: the guards checked inside their operand's descriptor read
   /// (fusedReadGuards), emitted as nothing.
   std::vector<bool> Fused;
-  /// CallMemo: the new references the descriptor read releases itself
-  /// (ReadDescriptor::Release): no cleanup for them.
-  std::vector<bool> Released;
   /// CallMemo: per value, the number of descriptors of the run of steps
   /// it starts (emitReadRun), 0 or 1 for none.
   std::vector<uint32_t> ReadRun;
@@ -250,6 +247,9 @@ private:
   /// on every failure after the first, one call on success.
   llvm::Value *RefArray = nullptr, *RefCount = nullptr;
   llvm::BasicBlock *RefFail = nullptr;
+  /// CallMemo: creates "fail.release" (once) and makes it the failure
+  /// target: every failure from here on releases the frame array.
+  void useRefArray();
   /// Where a failure goes now: the cleanup block of the newest new reference.
   llvm::BasicBlock *FailTarget = nullptr;
   /// New references in acquisition order.

@@ -334,21 +334,16 @@ Expected<Function *> Lowerer::run(StringRef Name, LoweringStats &Stats) {
   // one call over their descriptors each (gj_rt_read_run,
   // gj_rt_dict_contains_run).
   if (CallMemo) {
-    Fused = fusedReadGuards(S, &Released);
+    Fused = fusedReadGuards(S);
     // A step is a read path (readPaths: `obj.forward.__code__`, each read
     // the only child of the one before, down to a read nothing reads) or
     // such a read alone; consecutive steps from one parent are one run.
     std::vector<uint32_t> Paths = readPaths(S, Fused);
-    std::vector<bool> InPath(NumValues, false);
-    for (ValueId Id = 1; Id < NumValues; ++Id)
-      for (ValueId K = Id; K < Id + Paths[Id]; ++K)
-        InPath[K] = true;
-    // The frame array of the new references that stay (not Released, not
-    // held by a path's helper).
+    // The frame array of every new reference (those that runs read too):
+    // released when the check ends, as the interpreter does.
     uint64_t NumNewRefs = 0;
     for (ValueId Id = 1; Id < NumValues; ++Id)
-      NumNewRefs += accessorReturnsNewRef(S.value(Id).Kind) &&
-                    !Released[Id] && !InPath[Id];
+      NumNewRefs += accessorReturnsNewRef(S.value(Id).Kind);
     if (NumNewRefs) {
       IRBuilder<> EB(&F->getEntryBlock(), F->getEntryBlock().begin());
       RefArray = EB.CreateAlloca(ArrayType::get(PtrTy, NumNewRefs), nullptr,

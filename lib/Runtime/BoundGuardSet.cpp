@@ -278,15 +278,11 @@ BoundGuardSet::bind(std::shared_ptr<const GuardSet> SetPtr,
     D.Int = Val.Index;
     D.Accessor = static_cast<int64_t>(Val.Kind);
   }
-  std::vector<bool> Released;
-  std::vector<bool> Fused = fusedReadGuards(S, &Released);
+  std::vector<bool> Fused = fusedReadGuards(S);
   std::vector<uint32_t> Paths = readPaths(S, Fused);
-  for (ValueId V = 0; V < S.values().size(); ++V) {
-    if (Released[V])
-      B->Memos[B->ValueMemo[V]].Release = 1;
+  for (ValueId V = 0; V < S.values().size(); ++V)
     if (Paths[V] >= 2)
       B->Memos[B->ValueMemo[V]].Path = Paths[V];
-  }
   for (size_t I = 0; I < Guards.size(); ++I) {
     const Guard &G = Guards[I];
     if (B->GuardMemo[I] != NoMemo) {

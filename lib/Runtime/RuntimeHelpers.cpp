@@ -46,8 +46,7 @@ bool guardjit::guardUsesDictCache(GuardKind K) {
   return K == GuardKind::DictContains;
 }
 
-std::vector<bool> guardjit::fusedReadGuards(const GuardSet &S,
-                                            std::vector<bool> *ReleasedReads) {
+std::vector<bool> guardjit::fusedReadGuards(const GuardSet &S) {
   const std::vector<Guard> &Guards = S.guards();
   const size_t NumValues = S.values().size();
   const size_t NumObjects = S.objects().size();
@@ -119,21 +118,6 @@ std::vector<bool> guardjit::fusedReadGuards(const GuardSet &S,
         break;
     }
   }
-  if (ReleasedReads) {
-    std::vector<bool> &Released = *ReleasedReads;
-    Released.assign(NumValues, false);
-    for (ValueId V = 1; V < NumValues; ++V)
-      Released[V] = accessorHasReadDescriptor(S.value(V).Kind) &&
-                    accessorReturnsNewRef(S.value(V).Kind);
-    for (ValueId V = 1; V < NumValues; ++V)
-      if (S.value(V).Parent < NumValues)
-        Released[S.value(V).Parent] = false;
-    for (size_t I = 0; I < Guards.size(); ++I)
-      if (!Fused[I])
-        for (ValueId Op : Guards[I].Operands)
-          if (Op < NumValues)
-            Released[Op] = false;
-  }
   return Fused;
 }
 
@@ -161,7 +145,6 @@ std::vector<uint32_t> guardjit::readPaths(const GuardSet &S,
       continue;
     ValueId End = V;
     while (Children[End] == 1 && End + 1 < NumValues &&
-           End + 1 - V < static_cast<ValueId>(MaxReadPath) &&
            S.value(End + 1).Parent == End && Steps(End + 1))
       ++End;
     if (Children[End] != 0)
@@ -718,7 +701,7 @@ static inline PyObject *getattrDesc(PyObject *Obj, ReadDescriptor *D) {
   if (!V)
     return nullptr;
   bool Pass = fusedChecksPass(V, D);
-  if (!Pass || D->Release) // a failed read owns nothing; see Release
+  if (!Pass) // a failed read owns nothing
     Py_DECREF(V);
   return Pass ? V : nullptr;
 }
@@ -744,7 +727,7 @@ static inline PyObject *getItemDesc(PyObject *Obj, ReadDescriptor *D) {
   if (!V)
     return nullptr;
   bool Pass = fusedChecksPass(V, D);
-  if (!Pass || D->Release)
+  if (!Pass)
     Py_DECREF(V);
   return Pass ? V : nullptr;
 }
@@ -796,8 +779,8 @@ extern "C" int gj_rt_dict_contains_desc(PyObject *Dict, ReadDescriptor *D) {
 }
 
 /// The read of descriptor `D` from `Parent` with its fused checks, by its
-/// accessor, inlined: the *_desc helper's answer (a new reference only for getattr
-/// and getitem reads without ReadDescriptor::Release). NULL for a failure,
+/// accessor, inlined: the *_desc helper's answer (a new reference for
+/// getattr and getitem reads). NULL for a failure,
 /// and for a descriptor that is not a value's (bind and the lowering
 /// disagree).
 static inline PyObject *readDesc(PyObject *Parent, ReadDescriptor *D) {
@@ -824,40 +807,24 @@ static inline PyObject *readDesc(PyObject *Parent, ReadDescriptor *D) {
   }
 }
 
-/// A read path of `N` descriptors from `Parent` (gj_rt_read_run).
-static int readPath(PyObject *Parent, ReadDescriptor *D, int64_t N) {
-  PyObject *Held[MaxReadPath];
-  int64_t NumHeld = 0;
-  PyObject *V = Parent;
-  int64_t I = 0;
-  for (; I < N && I < MaxReadPath; ++I, ++D) {
-    V = readDesc(V, D);
-    if (!V)
-      break;
-    // The descriptor reads of a new reference (accessorReturnsNewRef).
-    auto Kind = static_cast<AccessorKind>(D->Accessor);
-    if ((Kind == AccessorKind::GetAttr || Kind == AccessorKind::GetItem) &&
-        !D->Release)
-      Held[NumHeld++] = V;
-  }
-  while (NumHeld)
-    Py_DECREF(Held[--NumHeld]);
-  return I == N;
-}
-
 extern "C" int gj_rt_read_run(PyObject *Parent, ReadDescriptor *D,
-                              int64_t N) {
+                              int64_t N, PyObject **Refs, int64_t *Count) {
   for (int64_t I = 0; I < N;) {
-    if (D->Path < 2) { // a read by nothing after its checks (Release)
-      if (!readDesc(Parent, D))
+    int64_t Len = D->Path < 2 ? 1 : D->Path;
+    if (Len > N - I)
+      return 0; // bind and the lowering disagree
+    PyObject *V = Parent;
+    for (int64_t K = 0; K < Len; ++K, ++D) {
+      V = readDesc(V, D);
+      if (!V)
         return 0;
-      ++I, ++D;
-      continue;
+      // The descriptor reads of a new reference (accessorReturnsNewRef):
+      // kept until the check ends (the frame array).
+      auto Kind = static_cast<AccessorKind>(D->Accessor);
+      if (Kind == AccessorKind::GetAttr || Kind == AccessorKind::GetItem)
+        Refs[(*Count)++] = V;
     }
-    int64_t Len = D->Path;
-    if (Len > N - I || !readPath(Parent, D, Len))
-      return 0;
-    I += Len, D += Len;
+    I += Len;
   }
   return 1;
 }

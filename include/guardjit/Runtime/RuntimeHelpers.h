@@ -84,9 +84,6 @@ struct DictReadCache {
 /// bound objects alone, so relocatable code cached by another process finds
 /// the same descriptor; the BoundGuardSet owns it (it outlives the code).
 /// No field is a reference (the object table holds them).
-/// The longest read path (readPaths, gj_rt_read_run) the lowering emits.
-constexpr int64_t MaxReadPath = 8;
-
 struct ReadDescriptor {
   DictReadCache Memo;
   /// The dict key or attribute name of the read, DICT_CONTAINS's key.
@@ -101,10 +98,6 @@ struct ReadDescriptor {
   PyObject *IsNot = nullptr;
   /// Fused EQUALS_MATCH: `Equals` itself, or gj_rt_equals_match.
   PyObject *Equals = nullptr;
-  /// A read of a new reference (getattr) that nothing reads after its
-  /// fused guards: the helper releases it and returns the (then borrowed,
-  /// never dereferenced) pointer as "passed".
-  int64_t Release = 0;
   /// The AccessorKind of the read (gj_rt_read_run dispatches on it); -1 in
   /// a guard's descriptor.
   int64_t Accessor = -1;
@@ -120,17 +113,14 @@ struct ReadDescriptor {
 /// a descriptor read (accessorHasReadDescriptor), each field at most once. Only
 /// guards that would run next anyway, in the same order of side effects
 /// (EQUALS_MATCH's __eq__ last). A pure function of the IR: bind and the
-/// lowering (in any process) agree on it. `ReleasedReads` (optional) gets,
-/// per value, whether it is such a read of a new reference that nothing
-/// else reads (no child value, no guard left): ReadDescriptor::Release.
-std::vector<bool> fusedReadGuards(const GuardSet &S,
-                                  std::vector<bool> *ReleasedReads = nullptr);
+/// lowering (in any process) agree on it.
+std::vector<bool> fusedReadGuards(const GuardSet &S);
 /// Per value of `S`, what the first tier reads as one step of a run
 /// (gj_rt_read_run), given `Fused` (fusedReadGuards): 1 for a descriptor
 /// read that nothing reads after its fused guards; N >= 2 for the first of
 /// a read path of N such reads with consecutive ids, each (but the last)
 /// a descriptor read whose only reader is its one child, the next id, the
-/// last one read by nothing (`obj.forward.__code__`), N <= MaxReadPath; 0
+/// last one read by nothing (`obj.forward.__code__`); 0
 /// for any other value, the later members of a path included. A pure
 /// function of the IR: bind (ReadDescriptor::Path) and the lowering (in
 /// any process) agree on it.
@@ -239,16 +229,19 @@ PyObject *gj_rt_getattr_desc(PyObject *Obj,
 int gj_rt_dict_contains_desc(PyObject *Dict, guardjit::ReadDescriptor *Desc);
 /// Runs of the first tier, one call for a table of steps: the steps
 /// (readPaths) in the descriptors `Desc[0..N)` from `Parent`, in order,
-/// until one fails: a read by nothing else after its fused guards (a
-/// borrowed value is dropped, a new one released), or a read path of
-/// `Desc->Path` descriptors, each read from the value before with its
-/// fused checks, the new references on the way held until the path ends
-/// (a value borrowed from one lives as long as it does); the DICT_CONTAINS
-/// guards `Desc[0..N)` on `Dict`, in order. 1 when all pass, else 0. The
-/// descriptors are contiguous in the BoundGuardSet (bind lays them out in
-/// the lowering's visiting order).
+/// until one fails: a read by nothing else after its fused guards, or a
+/// read path of `Desc->Path` descriptors, each read from the value before
+/// with its fused checks. Every new reference read (getattr, getitem) is
+/// stored at `Refs[(*Count)++]`, the frame array that the check releases
+/// when it ends, as it does the references it stores itself: a reference
+/// lives as long as the interpreter keeps it, so no finalizer runs in the
+/// middle of the check. `Refs` and `Count` may be null when no descriptor
+/// of the run reads a new reference. The DICT_CONTAINS guards `Desc[0..N)`
+/// on `Dict`, in order. 1 when all pass, else 0. The descriptors are
+/// contiguous in the BoundGuardSet (bind lays them out in the lowering's
+/// visiting order).
 int gj_rt_read_run(PyObject *Parent, guardjit::ReadDescriptor *Desc,
-                   int64_t N);
+                   int64_t N, PyObject **Refs, int64_t *Count);
 int gj_rt_dict_contains_run(PyObject *Dict, guardjit::ReadDescriptor *Desc,
                             int64_t N);
 

@@ -1079,7 +1079,9 @@ TEST_P(EngineTest, ReadPathsHoldTheirReferencesToTheEnd) {
     EXPECT_NE(IR->find("@gj_rt_read_run(ptr %v1, ptr inttoptr"),
               std::string::npos)
         << *IR;
-    EXPECT_NE(IR->find("i64 5)"), std::string::npos) << *IR;
+    EXPECT_NE(IR->find("i64 5, ptr %new_refs, ptr %new_refs.count)"),
+              std::string::npos)
+        << *IR;
   }
   Ref L = eval("{'q': q}");
   Py_ssize_t FnRefs = Py_REFCNT(Fn0.get());
@@ -1683,7 +1685,7 @@ TEST_P(EngineTest, BreakerPathIntermediateWeakrefCallback) {
 
 TEST_P(EngineTest, BreakerReadPathLengths) {
   // Chains L['q'].n.n...n.v of K getattr reads (the FrameLocal read makes
-  // K+1 descriptor reads), around MaxReadPath = 8, with and without a fused
+  // K+1 descriptor reads), around 8, with and without a fused
   // TYPE_MATCH on every intermediate, failing at every depth in three ways,
   // and the last check failing. Every fresh node must be dead after each
   // call, no error left set, the root's refcount unchanged.
@@ -2343,17 +2345,21 @@ TEST(EngineMechanics, EmitsReadableLLVMAndAssembly) {
        // through its descriptor.
        {"define i32 @gj_check_test_set_",
         "%v1.run = call i32 @gj_rt_read_run(ptr %frame_locals",
-        "i64 3)", "ret i32 1", "fail:", "!prof"})
+        "i64 3, ptr %new_refs, ptr %new_refs.count)", "ret i32 1", "fail:",
+        "!prof"})
     EXPECT_NE(IR->find(Expected), std::string::npos)
         << Expected << " not in:\n"
         << *IR;
   // TYPE_MATCH, NOT_NONE and EQUALS_MATCH right after a memoized read are
-  // checked by its helper (fusedReadGuards): no code of their own; the
-  // getattr value, read by nothing else, is released by its helper; `x`
-  // with its one attribute (a path) and `y` are one run of 3 descriptors.
+  // checked by its helper (fusedReadGuards): no code of their own; `x`
+  // with its one attribute (a path) and `y` are one run of 3 descriptors,
+  // which stores the getattr value in the frame array, released with the
+  // others when the check ends (no release of its own).
+  EXPECT_NE(IR->find("@gj_rt_decref_array(ptr %new_refs"), std::string::npos)
+      << *IR;
   for (const char *Fused :
        {"g0.type_match", "g1.not_none", "g2.equals_match", "@gj_rt_equals_match",
-        "fail.release.v2", "@gj_rt_decref", "v2.getattr"})
+        "fail.release.v2", "@gj_rt_decref(", "v2.getattr"})
     EXPECT_EQ(IR->find(Fused), std::string::npos) << Fused << " in:\n" << *IR;
   auto Asm = (*E)->emitAssembly(*BS);
   ASSERT_TRUE(!!Asm) << toString(Asm.takeError());
