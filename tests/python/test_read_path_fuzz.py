@@ -1,4 +1,4 @@
-"""Breaker fuzz: random object trees read through random guard sets built
+"""Fuzz of the first tier's read paths: random object trees read through random guard sets built
 with _core (getattr, get_item, tuple/list items, dict get item / key /
 value, __code__, type), ids laid out depth first or breadth first so that
 read paths, runs and neither all occur, with fusible guards (type, id,

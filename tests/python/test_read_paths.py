@@ -1,4 +1,4 @@
-"""Breaker tests for the first tier's read paths (gj_rt_read_run with
+"""Tests for the first tier's read paths (gj_rt_read_run with
 ReadDescriptor::Path), tuple/list items through descriptors and the
 relocatable memo base: cross-process object-cache agreement on a set full
 of paths, tuple/list items, DICT_CONTAINS slots interleaved with value slots
@@ -38,7 +38,7 @@ CHILD = textwrap.dedent(
         return r
 
     r0 = build_world()
-    s = _core.GuardSet("breaker_paths")
+    s = _core.GuardSet("read_paths")
 
     def obj(kind, x, rep=None):
         keep.append(x)
@@ -231,9 +231,10 @@ UAF_CHILD = textwrap.dedent(
 
 
 def test_path_end_must_not_free_the_run_parent():
-    # FAILS at O0 (segfault under PYTHONMALLOC=debug; a wrong answer or a
-    # silent use after free without it). O1 / light hold `q.fresh` to the
-    # end of the check, as the interpreter does.
+    # Every level holds `q.fresh` to the end of the check, as the
+    # interpreter does (O0 once released it when its path ended: a segfault
+    # under PYTHONMALLOC=debug, a wrong answer or a silent use after free
+    # without it).
     for level in ("light", "O1", "O0"):
         env = dict(os.environ, PYTHONMALLOC="debug")
         r = subprocess.run([sys.executable, "-c", UAF_CHILD, level],
@@ -244,7 +245,7 @@ def test_path_end_must_not_free_the_run_parent():
 
 
 E2E = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                   "breaker_e2e_cases.py")
+                   "read_path_e2e_cases.py")
 
 
 def _e2e(guardjit, cache_dir=None):

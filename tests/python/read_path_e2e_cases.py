@@ -1,4 +1,4 @@
-"""Run in a child process by test_breaker_read_paths.py: nested attribute
+"""Run in a child process by test_read_paths.py: nested attribute
 chains (read paths at O0), tuple/list items (descriptor reads with fused
 guards) and EQUALS_MATCH constants through torch.compile(backend="eager"),
 mutated along the way; prints one JSON line of outcomes. Started with
