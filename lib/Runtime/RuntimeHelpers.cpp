@@ -780,9 +780,8 @@ extern "C" int gj_rt_dict_contains_desc(PyObject *Dict, ReadDescriptor *D) {
 
 /// The read of descriptor `D` from `Parent` with its fused checks, by its
 /// accessor, inlined: the *_desc helper's answer (a new reference for
-/// getattr and getitem reads). NULL for a failure,
-/// and for a descriptor that is not a value's (bind and the lowering
-/// disagree).
+/// getattr and getitem reads). NULL for a failure, and for a descriptor
+/// that is not a value's (bind and the lowering disagree).
 static inline PyObject *readDesc(PyObject *Parent, ReadDescriptor *D) {
   switch (static_cast<AccessorKind>(D->Accessor)) {
   case AccessorKind::FrameLocal:
