@@ -34,20 +34,27 @@ find_package(Python3 3.11 REQUIRED COMPONENTS ${_gj_py_components})
 # spdlog (Debian libspdlog-dev) for logging controlled by GUARDJIT_LOGS.
 find_package(spdlog CONFIG REQUIRED)
 
-# torch: headers and libraries of the installed wheel (torch==2.13.0).
+# torch: headers and libraries of the installed wheel (a release guardjit
+# verifies: 2.13.0 or 2.14.1; python/guardjit/_compat.py). Its version, git
+# revision and C++ ABI are recorded in guardjit._build_info and in _core, which
+# refuse to run under any other torch.
 execute_process(
   COMMAND "${Python3_EXECUTABLE}" -c
-          "import os, torch; print(os.path.dirname(torch.__file__)); print(int(torch.compiled_with_cxx11_abi())); print(torch.__version__)"
+          "import os, torch; print(os.path.dirname(torch.__file__)); print(int(torch.compiled_with_cxx11_abi())); print(torch.__version__); print(torch.version.git_version)"
   OUTPUT_VARIABLE _gj_torch_out
   RESULT_VARIABLE _gj_torch_rc
   OUTPUT_STRIP_TRAILING_WHITESPACE)
 if(NOT _gj_torch_rc EQUAL 0)
-  message(FATAL_ERROR "guardjit: cannot import torch with ${Python3_EXECUTABLE}; run `pip install torch==2.13.0` first")
+  message(FATAL_ERROR "guardjit: cannot import torch with ${Python3_EXECUTABLE}; "
+    "install torch 2.13.0 or 2.14.1 first, then build without build isolation "
+    "(pip install --no-build-isolation .), so that guardjit compiles against that torch")
 endif()
 string(REPLACE "\n" ";" _gj_torch_out "${_gj_torch_out}")
 list(GET _gj_torch_out 0 GUARDJIT_TORCH_DIR)
 list(GET _gj_torch_out 1 GUARDJIT_TORCH_CXX11_ABI)
 list(GET _gj_torch_out 2 GUARDJIT_TORCH_VERSION)
+list(GET _gj_torch_out 3 GUARDJIT_TORCH_GIT_VERSION)
+string(REGEX REPLACE "\\+.*$" "" GUARDJIT_TORCH_RELEASE "${GUARDJIT_TORCH_VERSION}")
 message(STATUS "guardjit: torch ${GUARDJIT_TORCH_VERSION} at ${GUARDJIT_TORCH_DIR}")
 add_library(guardjit_torch_deps INTERFACE)
 target_include_directories(guardjit_torch_deps SYSTEM INTERFACE
@@ -57,6 +64,14 @@ target_compile_definitions(guardjit_torch_deps INTERFACE
   _GLIBCXX_USE_CXX11_ABI=${GUARDJIT_TORCH_CXX11_ABI})
 target_link_directories(guardjit_torch_deps INTERFACE "${GUARDJIT_TORCH_DIR}/lib")
 target_link_libraries(guardjit_torch_deps INTERFACE c10 torch_cpu torch_python)
+# torch 2.14's ATen headers #error below C++20; 2.13's build as C++20 too, so
+# every target compiled against torch's headers is C++20 with either release.
+target_compile_features(guardjit_torch_deps INTERFACE cxx_std_20)
+# What _core records of the torch it is built against (python/src/BuildInfo.h).
+target_compile_definitions(guardjit_torch_deps INTERFACE
+  GUARDJIT_TORCH_VERSION="${GUARDJIT_TORCH_VERSION}"
+  GUARDJIT_TORCH_GIT_VERSION="${GUARDJIT_TORCH_GIT_VERSION}"
+  GUARDJIT_TORCH_CXX11_ABI=${GUARDJIT_TORCH_CXX11_ABI})
 
 if(GUARDJIT_BUILD_PYTHON)
   # pybind11 3.x from PyPI: Debian's 2.10 config does not load with CMake 4.

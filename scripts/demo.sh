@@ -5,4 +5,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec "${PYTHON:-python3}" -m guardjit demo "$@"
+source scripts/torch-env.sh  # TORCH=2.14.1 runs the demo on that release
+exec "$PY" -m guardjit demo "$@"

@@ -17,16 +17,21 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-PY=${PYTHON:-python3}
-echo "==> pip: torch==2.13.0, build/test tools and the benchmark's model and plot libraries"
-# torch is pinned: a bare "torch" would download a multi-GB CUDA build.
-"$PY" -m pip install -q --disable-pip-version-check torch==2.13.0 "scikit-build-core>=0.10" \
+# TORCH=2.14.1 sets up that release in a virtual environment of its own
+# (scripts/torch-env.sh); the default is the first python3 and its torch.
+source scripts/torch-env.sh
+echo "==> pip ($PY): torch==$GJ_TORCH, build/test tools and the benchmark's model and plot libraries"
+# torch is pinned to an exact release: a bare "torch" would download a
+# multi-GB CUDA build, and an interpreter's torch is never replaced.
+"$PY" -m pip install -q --disable-pip-version-check "torch==$GJ_TORCH" "scikit-build-core>=0.10" \
   "pybind11>=3.0" ninja "cmake>=3.25" pytest hypothesis lit transformers matplotlib tqdm 2>&1 \
   | grep -v "^WARNING" || true
 
-echo "==> building and installing guardjit (first build takes a few minutes)"
+echo "==> building and installing guardjit against torch $GJ_TORCH (first build takes a few minutes)"
 # No build isolation: the build compiles against the installed torch's headers.
-"$PY" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps . 2>&1 \
+# One build directory per torch release, so the two never share a CMake cache.
+"$PY" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps \
+  --config-settings=build-dir="build/py-$GJ_TAG" . 2>&1 \
   | grep -v "^WARNING" || true
 "$PY" -c "import guardjit, guardjit._core; assert guardjit.enabled()" \
   || { echo "guardjit failed to build or import" >&2; exit 1; }

@@ -96,7 +96,8 @@ def __getattr__(name: str) -> Any:
 def stats() -> dict[str, Any]:
     """Process-wide statistics over every compile unit guardjit has seen.
 
-    Keys: ``units_seen``; ``units_native`` (checked by LLVM-compiled code),
+    Keys: ``torch`` (the running torch's ``__version__``, which guardjit's
+    ``_core`` was built against); ``units_seen``; ``units_native`` (checked by LLVM-compiled code),
     ``units_interpreter`` (checked by the interpreter, GUARDJIT_MODE=interpreter)
     and ``units_dynamo`` (left on Dynamo's own tree); ``guards_total`` (Dynamo's
     leaf guards in those units), ``guards_native`` (checked without calling

@@ -693,6 +693,8 @@ def stats() -> dict[str, Any]:
     total = c.get("guards_total", 0)
     converted = c.get("units_native", 0) + c.get("units_interpreter", 0)
     return {
+        # the torch release this process runs (and _core was built for)
+        "torch": torch.__version__,
         "units_seen": seen,
         "units_native": c.get("units_native", 0),
         "units_interpreter": c.get("units_interpreter", 0),

@@ -6,6 +6,7 @@
 // their message.
 //
 //===----------------------------------------------------------------------===//
+#include "BuildInfo.h"
 #include "Logging.h"
 #include "NativeGuard.h"
 #include "TierUp.h"
@@ -163,7 +164,9 @@ ObjectFacts liveObjectFacts(const std::vector<const GuardSet *> &Sets) {
 PYBIND11_MODULE(_core, M) {
   M.doc() = "guardjit native core: Guard IR, interpreter and LLVM ORC JIT.";
 
-  // torch must be imported first (guardjit/__init__.py does).
+  // torch must be imported first (guardjit/__init__.py does), and be the
+  // torch this module was compiled against.
+  guardjit::python::checkTorchMatchesBuild(M);
   installTorchRuntime();
 
   py::class_<GuardSet, std::shared_ptr<GuardSet>>(M, "GuardSet",
