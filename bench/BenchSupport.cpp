@@ -217,13 +217,13 @@ void registerCase(const std::string &Name, SetBuilder &SB,
                                });
 }
 
-#ifndef GUARDJIT_SOURCE_DIR
-#define GUARDJIT_SOURCE_DIR "."
+#ifndef GUARDJIT_CORPUS_DIR
+#define GUARDJIT_CORPUS_DIR "tests/corpus/torch-2.13.0"
 #endif
 
 std::vector<CorpusSet> corpusSets() {
   std::vector<CorpusSet> Out;
-  std::string Dir = GUARDJIT_SOURCE_DIR "/tests/corpus";
+  std::string Dir = GUARDJIT_CORPUS_DIR;
   if (const char *E = std::getenv("GUARDJIT_CORPUS_DIR"))
     Dir = E;
   PyObject *Tensor = eval("torch.Tensor");

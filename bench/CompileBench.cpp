@@ -41,7 +41,7 @@
 #include <time.h>
 
 #ifndef GUARDJIT_CORPUS_DIR
-#define GUARDJIT_CORPUS_DIR "tests/corpus"
+#define GUARDJIT_CORPUS_DIR "tests/corpus/torch-2.13.0"
 #endif
 
 namespace guardjit::bench {

@@ -55,6 +55,15 @@ list(GET _gj_torch_out 1 GUARDJIT_TORCH_CXX11_ABI)
 list(GET _gj_torch_out 2 GUARDJIT_TORCH_VERSION)
 list(GET _gj_torch_out 3 GUARDJIT_TORCH_GIT_VERSION)
 string(REGEX REPLACE "\\+.*$" "" GUARDJIT_TORCH_RELEASE "${GUARDJIT_TORCH_VERSION}")
+# The Guard IR corpus recorded under this release (scripts/regen-corpus.sh);
+# C++ tests and benchmarks read it. A release being ported has none yet: they
+# read the oldest verified release's, which is only text to them.
+set(GUARDJIT_CORPUS_DIR "${PROJECT_SOURCE_DIR}/tests/corpus/torch-${GUARDJIT_TORCH_RELEASE}")
+if(NOT IS_DIRECTORY "${GUARDJIT_CORPUS_DIR}")
+  message(WARNING "guardjit: no corpus for torch ${GUARDJIT_TORCH_RELEASE} yet "
+    "(scripts/regen-corpus.sh, docs/porting.md); C++ tests read torch 2.13.0's")
+  set(GUARDJIT_CORPUS_DIR "${PROJECT_SOURCE_DIR}/tests/corpus/torch-2.13.0")
+endif()
 message(STATUS "guardjit: torch ${GUARDJIT_TORCH_VERSION} at ${GUARDJIT_TORCH_DIR}")
 add_library(guardjit_torch_deps INTERFACE)
 target_include_directories(guardjit_torch_deps SYSTEM INTERFACE

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Regenerates tests/corpus/*.gir: the Guard IR of every corpus model
-# (guardjit.export.CORPUS) as the installed guardjit records it.
+# Regenerates tests/corpus/torch-<release>/*.gir: the Guard IR of every corpus
+# model (guardjit.export.CORPUS) as the installed guardjit records it, under
+# the interpreter's torch release.
 #
-#   scripts/regen-corpus.sh [OUT_DIR]        (default: tests/corpus)
+#   scripts/regen-corpus.sh [OUT_DIR]   (default: tests/corpus/torch-<release>)
+#   TORCH=2.14.1 scripts/regen-corpus.sh      (that release's environment)
 #   PYTHON=/path/to/venv/bin/python scripts/regen-corpus.sh
 #
 # The output is deterministic (guardjit/stable_text.py; one process per
@@ -11,8 +13,9 @@
 # leaves the old corpus in place; on success stale files are removed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
-OUT=${1:-tests/corpus}
+source scripts/torch-env.sh
+release=$("$PY" -c 'import torch; print(torch.__version__.split("+")[0])')
+OUT=${1:-tests/corpus/torch-$release}
 mkdir -p "$OUT"
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/guardjit-corpus.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT

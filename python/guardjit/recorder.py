@@ -538,20 +538,33 @@ def _python_keys() -> Any:
     return ks
 
 
-def _leaf_tensor_match(rec, mgr, value, sizes, strides, name, parts, stack, pytype, keys):
-    # TensorCheck stores LocalState.apply(keys) at construction:
-    # ((keys | tls_included) - tls_excluded) - {Python keys}, with
-    # DispatchKeySet's own operators (`-` keeps backend bits). The Python keys
-    # are masked unless this thread is in a dispatch mode without
-    # ignore_compile_internals (torch's thread-local, mirrored by _core).
+def _applied_keys(rec, keys) -> int:
+    """LocalState.apply(keys).raw_repr(), as TensorCheck stores it when built:
+    ((keys | tls_included) - tls_excluded) - {Python keys}, with
+    DispatchKeySet's own operators (`-` keeps backend bits); the Python keys
+    are masked unless this thread is in a dispatch mode without
+    ignore_compile_internals."""
+    get_local_state = getattr(rec.root, "get_local_state", None)
+    if get_local_state is not None:
+        # torch 2.14: the root's LocalState (set_local_state: a loaded
+        # package's, saved with its guards), else this thread's; its pickled
+        # fields are (included, excluded, override, grad_mode, mask_python).
+        included, excluded, override, _grad, mask = get_local_state().__getstate__()
+        return _core.apply_local_state(keys.raw_repr(), included, excluded, override, mask)
+    # torch 2.13: this thread's state (the mode flag mirrored by _core).
     applied = (keys | torch._C._dispatch_tls_local_include_set()) \
         - torch._C._dispatch_tls_local_exclude_set()
     if _core.masks_python_keys():
         applied = applied - _python_keys()
+    return applied.raw_repr()
+
+
+def _leaf_tensor_match(rec, mgr, value, sizes, strides, name, parts, stack, pytype, keys):
+    applied = _applied_keys(rec, keys)
     # An empty list means "the tensor's own sizes/strides" (pyListToVecOptInt).
     sizes = list(sizes) if len(sizes) or value.dim() == 0 else list(value.shape)
     strides = list(strides) if len(strides) or value.dim() == 0 else list(value.stride())
-    spec = rec.ir.add_tensor_spec(value, rec.object_id("type", pytype, False), applied.raw_repr(),
+    spec = rec.ir.add_tensor_spec(value, rec.object_id("type", pytype, False), applied,
                                   sizes, strides)
     rec.tensor_types[_node(rec, mgr)[0]] = pytype
     _add(rec, mgr, "tensor_match", "TENSOR_MATCH", parts, stack, dedup=True, tensor=spec)
@@ -715,13 +728,9 @@ def _leaf_set_contains(rec, mgr, contains, item, parts, stack):
          object=rec.object_id("key", item, True), int=1 if contains else 0)
 
 
-def _applied_raw(keys: Any) -> int:
-    """LocalState.apply(keys).raw_repr() on this thread, as int64 bits."""
-    applied = (keys | torch._C._dispatch_tls_local_include_set()) \
-        - torch._C._dispatch_tls_local_exclude_set()
-    if _core.masks_python_keys():
-        applied = applied - _python_keys()
-    raw = applied.raw_repr()
+def _applied_raw(rec, keys: Any) -> int:
+    """LocalState.apply(keys).raw_repr() (_applied_keys) as int64 bits."""
+    raw = _applied_keys(rec, keys)
     return raw - (1 << 64) if raw >= (1 << 63) else raw
 
 
@@ -732,7 +741,7 @@ def _leaf_dispatch_key_set(rec, mgr, value, parts, stack):
         raise TypeError("DISPATCH_KEY_SET_MATCH value is not a DispatchKeySet")
     _add(rec, mgr, "dispatch_key_set_match", "DISPATCH_KEY_SET_MATCH", parts, stack,
          dedup=True, object=rec.object_id("type", torch._C.DispatchKeySet, False),
-         int=_applied_raw(value))
+         int=_applied_raw(rec, value))
 
 
 def _leaf_dual_level(rec, mgr, level, parts, stack):

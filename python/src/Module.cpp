@@ -871,6 +871,12 @@ PYBIND11_MODULE(_core, M) {
   M.def("set_in_mode_without_ignore_compile_internals",
         &setInModeWithoutIgnoreCompileInternals, py::arg("in_mode"),
         "Mirrors torch's thread-local of the same name for this thread.");
+  M.def("apply_local_state", &applyLocalState, py::arg("keys"),
+        py::arg("included"), py::arg("excluded"), py::arg("override"),
+        py::arg("mask_python_keys"),
+        "torch::dynamo::LocalState::apply(keys).raw_repr() for a LocalState "
+        "given by its pickled fields (torch 2.14's RootGuardManager local "
+        "state).");
   M.def("masks_python_keys", &masksPythonKeys,
         "Whether TENSOR_MATCH on this thread masks the Python dispatch keys.");
 

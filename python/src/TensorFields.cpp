@@ -16,4 +16,21 @@ bool readTensorFields(PyObject *Tensor, TensorFields *Out) {
   return true;
 }
 
+uint64_t applyLocalState(uint64_t Keys, uint64_t Included, uint64_t Excluded,
+                         uint64_t Override, bool MaskPythonKeys) {
+  // Mirrors LocalState::apply (torch/csrc/dynamo/guards.h).
+  using c10::DispatchKeySet;
+  DispatchKeySet OverrideSet(DispatchKeySet::RAW, Override);
+  if (!OverrideSet.empty())
+    return OverrideSet.raw_repr();
+  DispatchKeySet Result = (DispatchKeySet(DispatchKeySet::RAW, Keys) |
+                           DispatchKeySet(DispatchKeySet::RAW, Included)) -
+                          DispatchKeySet(DispatchKeySet::RAW, Excluded);
+  if (MaskPythonKeys)
+    Result = Result - DispatchKeySet({c10::DispatchKey::Python,
+                                      c10::DispatchKey::PythonTLSSnapshot,
+                                      c10::DispatchKey::PythonDispatcher});
+  return Result.raw_repr();
+}
+
 } // namespace guardjit

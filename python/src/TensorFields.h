@@ -20,6 +20,13 @@ struct TensorFields {
 /// torch.Tensor. GIL held.
 bool readTensorFields(PyObject *Tensor, TensorFields *Out);
 
+/// torch::dynamo::LocalState::apply(Keys).raw_repr() for a LocalState given
+/// by its pickled fields (torch 2.14's `LocalState.__getstate__()`: included,
+/// excluded and override dispatch-key sets as raw bits, and whether the
+/// Python keys are masked), with c10::DispatchKeySet's own operators.
+uint64_t applyLocalState(uint64_t Keys, uint64_t Included, uint64_t Excluded,
+                         uint64_t Override, bool MaskPythonKeys);
+
 } // namespace guardjit
 
 #endif // GUARDJIT_PYTHON_TENSORFIELDS_H

@@ -29,7 +29,9 @@ from torch import nn
 import guardjit
 from guardjit import _core, export, models, plugin
 
-CORPUS_DIR = os.path.join(os.path.dirname(__file__), os.pardir, "corpus")
+# One corpus per torch release: the running torch's.
+CORPUS_DIR = os.path.join(os.path.dirname(__file__), os.pardir, "corpus",
+                          "torch-" + torch.__version__.split("+")[0])
 NAMES = list(export.CORPUS)
 # Re-exported on every run (small; static and dynamic shapes); every entry
 # with GUARDJIT_CHECK_CORPUS=1.

@@ -1,4 +1,4 @@
-"""A lit test format: one test per tests/corpus/*.gir file.
+"""A lit test format: one test per tests/corpus/torch-<release>/*.gir file.
 
 The corpus files are real exports (scripts/regen-corpus.sh) and carry no RUN
 lines, so instead of ShTest this format runs the same three checks on each:
@@ -11,8 +11,9 @@ lines, so instead of ShTest this format runs the same three checks on each:
    the number of `guard` lines of each set.
 
 A failure names the file and the check, with the first lines of the diff or
-the tool's stderr. One more test, `corpus`, fails when the corpus has fewer
-than six models. Nothing here hard-codes a guard count: the lead regenerates
+the tool's stderr. One more test per release, `torch-<release>/corpus`, fails
+when that release's corpus has fewer than six models. The text needs no
+torch, so every release's corpus is tested whatever torch is installed. Nothing here hard-codes a guard count: the lead regenerates
 the corpus as guard kinds are added.
 """
 
@@ -49,20 +50,27 @@ class CorpusFormat(lit.formats.base.TestFormat):
         self.corpus_dir = corpus_dir
         self.tool = tool
 
-    def _files(self):
-        return sorted(f for f in os.listdir(self.corpus_dir) if f.endswith(".gir"))
+    def _releases(self):
+        return sorted(d for d in os.listdir(self.corpus_dir)
+                      if d.startswith("torch-") and os.path.isdir(os.path.join(self.corpus_dir, d)))
+
+    @staticmethod
+    def _files(release_dir):
+        return sorted(f for f in os.listdir(release_dir) if f.endswith(".gir"))
 
     def getTestsInDirectory(self, testSuite, path_in_suite, litConfig, localConfig):
-        yield lit.Test.Test(testSuite, path_in_suite + ("corpus",), localConfig,
-                            file_path=self.corpus_dir)
-        for name in self._files():
-            yield lit.Test.Test(testSuite, path_in_suite + (name,), localConfig,
-                                file_path=os.path.join(self.corpus_dir, name))
+        for release in self._releases():
+            release_dir = os.path.join(self.corpus_dir, release)
+            yield lit.Test.Test(testSuite, path_in_suite + (release, "corpus"), localConfig,
+                                file_path=release_dir)
+            for name in self._files(release_dir):
+                yield lit.Test.Test(testSuite, path_in_suite + (release, name), localConfig,
+                                    file_path=os.path.join(release_dir, name))
 
     def execute(self, test, litConfig):
         path = test.getFilePath()
         if os.path.isdir(path):
-            models = {f.split(".")[0] for f in self._files()}
+            models = {f.split(".")[0] for f in self._files(path)}
             if len(models) < MIN_MODELS:
                 return lit.Test.FAIL, (f"{path}: {len(models)} models {sorted(models)}, "
                                        f"expected at least {MIN_MODELS}")

@@ -70,7 +70,7 @@ struct FakeTensor {
 class PortableMLP : public ::testing::Test {
 protected:
   void SetUp() override {
-    Gir = readFile(GJ_SOURCE_DIR "/tests/corpus/mlp-dynamic.0_0.gir");
+    Gir = readFile(GJ_CORPUS_DIR "/mlp-dynamic.0_0.gir");
     ASSERT_FALSE(Gir.empty());
     std::string Error;
     std::vector<std::unique_ptr<PortableSet>> Sets;
@@ -268,7 +268,7 @@ TEST_F(PortableMLP, MisuseIsAnError) {
 }
 
 TEST(PortableLoad, ErrorsAreLocated) {
-  std::string Gir = readFile(GJ_SOURCE_DIR "/tests/corpus/mlp-dynamic.0_0.gir");
+  std::string Gir = readFile(GJ_CORPUS_DIR "/mlp-dynamic.0_0.gir");
   std::vector<std::unique_ptr<PortableSet>> Sets;
   std::string Error;
   // Unfiltered, the set has guards only Python can check.
@@ -300,7 +300,7 @@ TEST(PortableLoad, ErrorsAreLocated) {
 }
 
 TEST(PortableLoad, StaticShapes) {
-  std::string Gir = readFile(GJ_SOURCE_DIR "/tests/corpus/mlp.0_0.gir");
+  std::string Gir = readFile(GJ_CORPUS_DIR "/mlp.0_0.gir");
   std::vector<std::unique_ptr<PortableSet>> Sets;
   std::string Error;
   ASSERT_TRUE(PortableSet::load(header() + Gir, "mlp.gir", &Sets, &Error)) << Error;
