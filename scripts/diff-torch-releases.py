@@ -206,9 +206,10 @@ def _fingerprints(torch, guards) -> dict[str, dict]:
 
     pyattr = _load_pyattr()
     reviewed = {}
-    if pyattr is not None:
-        reviewed["torch.nn.Module.__getattr__"] = pyattr.MODULE_GETATTR
-        for n, h in pyattr.MODULELIST_FUNCTIONS.items():
+    if pyattr is not None and hasattr(pyattr, "fingerprint"):
+        if isinstance(getattr(pyattr, "MODULE_GETATTR", None), str):
+            reviewed["torch.nn.Module.__getattr__"] = pyattr.MODULE_GETATTR
+        for n, h in getattr(pyattr, "MODULELIST_FUNCTIONS", {}).items():
             reviewed[f"torch.nn.ModuleList.{n}"] = h
     hooks = guards.GuardBuilder.AUTOGRAD_SAVED_TENSORS_HOOKS
     nested = {c.co_name: c for c in hooks.__code__.co_consts if isinstance(c, types.CodeType)}
@@ -826,8 +827,11 @@ def main(argv=None) -> int:
         return 0
     if not args.old_python or not args.new_python:
         ap.error("OLD_PYTHON and NEW_PYTHON are required")
-    with ThreadPoolExecutor(2) as pool:
-        old, new = pool.map(run_extract, [args.old_python, args.new_python])
+    if args.old_python == args.new_python:
+        old = new = run_extract(args.old_python)
+    else:
+        with ThreadPoolExecutor(2) as pool:
+            old, new = pool.map(run_extract, [args.old_python, args.new_python])
     report = compare(old, new, args.show_code)
     text = json.dumps(report, indent=1, sort_keys=True) + "\n" if args.json else render(report)
     if args.output:
