@@ -31,6 +31,9 @@ using llvm::Twine;
 
 namespace {
 
+// TorchTables.def is the build's copy of lib/Import/TorchTables/
+// torch-<release>.def, the table of the torch the build targets
+// (lib/Import/CMakeLists.txt, docs/porting.md).
 std::optional<uint64_t> dispatchKeyBits(StringRef Name) {
   return llvm::StringSwitch<std::optional<uint64_t>>(Name)
 #define GJ_DISPATCH_KEY(Name, Bits) .Case(#Name, Bits)
