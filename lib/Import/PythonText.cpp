@@ -3,6 +3,8 @@
 
 #include "llvm/ADT/StringExtras.h"
 
+#include <string>
+
 using llvm::StringRef;
 
 namespace guardjit::pytext {
@@ -81,6 +83,21 @@ std::optional<std::pair<StringRef, StringRef>> callArgs(StringRef S,
   if (Close == StringRef::npos)
     return std::nullopt;
   return std::make_pair(S.slice(Open + 1, Close), S.drop_front(Close + 1));
+}
+
+std::optional<std::pair<StringRef, StringRef>> splitOperator(StringRef S,
+                                                             StringRef Op) {
+  std::string Spaced = (" " + Op + " ").str();
+  size_t At = scan(S, [&](size_t I, int Depth) {
+    return !(Depth == 0 && S.substr(I).starts_with(Spaced));
+  });
+  if (At == S.size())
+    return std::nullopt;
+  StringRef L = S.take_front(At).trim(" ");
+  StringRef R = S.drop_front(At + Spaced.size()).trim(" ");
+  if (L.empty() || R.empty())
+    return std::nullopt;
+  return std::make_pair(L, R);
 }
 
 std::optional<StringRef> plainStr(StringRef Repr) {

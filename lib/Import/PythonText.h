@@ -36,6 +36,13 @@ llvm::SmallVector<llvm::StringRef, 8> splitArgs(llvm::StringRef S);
 std::optional<std::pair<llvm::StringRef, llvm::StringRef>>
 callArgs(llvm::StringRef S, llvm::StringRef Prefix);
 
+/// Splits `S` at the first ` Op ` (an operator word or symbol with a space
+/// on each side, e.g. "is") outside brackets and string literals: `L['a is
+/// b'] is L['c']` splits once, after `']`. The sides are trimmed; nullopt
+/// when there is no such operator or a side is empty.
+std::optional<std::pair<llvm::StringRef, llvm::StringRef>>
+splitOperator(llvm::StringRef S, llvm::StringRef Op);
+
 /// The value of a plain Python str repr ('abc' or "abc", no backslash), or
 /// nullopt.
 std::optional<llvm::StringRef> plainStr(llvm::StringRef Repr);

@@ -3,9 +3,10 @@
 // Steps per tree: (1) GuardTreeReader splits the log into nodes, (2) each
 // manager becomes a value and each leaf line a guard (or an opaque lambda
 // with a warning), (3) NO_TENSOR_ALIASING operands are resolved by source
-// once every manager is known. The text formats are those of torch 2.13's
-// torch/_dynamo/guards.py (GuardBuilder's `code` strings, get_verbose_code_part)
-// and the accessors' repr() in torch/csrc/dynamo/guards.cpp.
+// once every manager is known. The text formats are those of torch 2.13's and
+// 2.14's torch/_dynamo/guards.py (GuardBuilder's `code` strings,
+// get_verbose_code_part) and the accessors' repr() in
+// torch/csrc/dynamo/guards.cpp; where the releases differ, both are read.
 //
 //===----------------------------------------------------------------------===//
 #include "guardjit/Import/TorchLogImporter.h"
@@ -30,6 +31,9 @@ using llvm::Twine;
 
 namespace {
 
+// TorchTables.def is the build's copy of lib/Import/TorchTables/
+// torch-<release>.def, the table of the torch the build targets
+// (lib/Import/CMakeLists.txt, docs/porting.md).
 std::optional<uint64_t> dispatchKeyBits(StringRef Name) {
   return llvm::StringSwitch<std::optional<uint64_t>>(Name)
 #define GJ_DISPATCH_KEY(Name, Bits) .Case(#Name, Bits)
@@ -141,6 +145,7 @@ private:
     Guard G;
     SMLoc Loc;
     llvm::SmallVector<StringRef, 4> Names;
+    StringRef Code; ///< the printed code, for an OBJECT_ALIASING kept opaque
   };
   std::vector<Aliasing> Aliasings;
 };
@@ -272,6 +277,18 @@ bool Importer::mapAccessor(const TreeNode &N, Value &V) {
     Key(Parts[0]);
     return true;
   }
+  if (Class == "PythonLambdaGuardAccessor" && Args.empty()) {
+    // lambda_manager: the callable (Dynamo's own lambda, e.g. ContextVar.get
+    // in 2.14) is not printed; the source says what it reads.
+    V.Kind = AccessorKind::Lambda;
+    warn(N.AccessorLoc, "the callable of this PythonLambdaGuardAccessor is not "
+                        "in the log; imported as an unbound callable described "
+                        "by its source");
+    V.Key = object(ObjectKind::Callable, true,
+                   ("<the Python lambda that reads " + N.Source + ">").str(),
+                   N.AccessorLoc);
+    return true;
+  }
   if (Class == "GlobalsGuardAccessor" && Args.empty()) {
     V.Kind = AccessorKind::Globals;
     warn(N.AccessorLoc, "the globals dict is not in the log; imported as an "
@@ -305,6 +322,18 @@ bool Importer::mapAccessor(const TreeNode &N, Value &V) {
                                                       : AccessorKind::GlobalWeakRef;
     V.Name = Args.str();
     Key(strRepr(Args));
+    return true;
+  }
+  if (Class == "SetGetItemGuardAccessor") {
+    // SetGetItemGuardAccessor(index=0): the index-th item in iteration order
+    // (source `list(S)[0]` in 2.13, `___set_getitem(S, 0)` in 2.14).
+    std::optional<int64_t> Idx;
+    if (Args.consume_front("index="))
+      Idx = integer(Args);
+    if (!Idx || *Idx < 0)
+      return false;
+    V.Kind = AccessorKind::SetGetItem;
+    V.Index = *Idx;
     return true;
   }
   if (Class == "TupleGetItemGuardAccessor" || Class == "ListGetItemGuardAccessor") {
@@ -404,7 +433,8 @@ void Importer::importLeaf(size_t I) {
   }
   if (std::optional<std::string> Why = readGuard(N, Code, G))
     return addOpaque(N, V, false, Code, *Why);
-  if (G.Kind == GuardKind::NoTensorAliasing)
+  if (G.Kind == GuardKind::NoTensorAliasing ||
+      G.Kind == GuardKind::ObjectAliasing)
     return; // resolved at the end (resolveAliasing)
   addGuard(std::move(G), N.Loc);
 }
@@ -475,9 +505,16 @@ std::optional<std::string> Importer::readGuard(const TreeNode &N, StringRef Code
       Code == ("(type(" + Src + ") is complex and __numpy_isnan(" + Src + "))").str())
     return Simple(GuardKind::ComplexIsNan);
   if (Name == "LENGTH_CHECK" || Name == "DICT_LENGTH") {
+    // SEQUENCE_LENGTH's code: `not S` for 0, else `len(S) == n`; since 2.14
+    // `set.__len__(S) == n` / `frozenset.__len__(S) == n` for sets.
     StringRef Rest = Code;
     std::optional<int64_t> Len;
-    if (Rest.consume_front("len(" + Src.str() + ") == "))
+    if (Code == ("not " + Src).str())
+      Len = 0;
+    else if (Rest.consume_front("len(" + Src.str() + ") == ") ||
+             (Name == "LENGTH_CHECK" &&
+              (Rest.consume_front("set.__len__(" + Src.str() + ") == ") ||
+               Rest.consume_front("frozenset.__len__(" + Src.str() + ") == "))))
       Len = integer(Rest);
     if (!Len || *Len < 0)
       return "cannot read " + Name.str() + " " + quoted(Code);
@@ -570,10 +607,24 @@ std::optional<std::string> Importer::readGuard(const TreeNode &N, StringRef Code
     RelationalSeen.insert(Name);
     G.Kind = GuardKind::NoTensorAliasing;
     G.Attrs.Source = Call->first.str();
-    Aliasing A{G, N.Loc, {}};
+    Aliasing A{G, N.Loc, {}, Code};
     A.G.Operands.clear();
     for (StringRef Arg : pytext::splitArgs(Call->first))
       A.Names.push_back(Arg);
+    Aliasings.push_back(std::move(A));
+    return std::nullopt;
+  }
+  if (Name == "OBJECT_ALIASING") {
+    // DUPLICATE_INPUT with use_lamba_guard_for_object_aliasing off (the 2.14
+    // default): `B is A`, installed on A's and B's managers, in that order.
+    auto Sides = pytext::splitOperator(Code, "is");
+    if (!Sides || Sides->second.starts_with("not "))
+      return "cannot read OBJECT_ALIASING " + quoted(Code);
+    RelationalSeen.insert(Name);
+    G.Kind = GuardKind::ObjectAliasing;
+    G.Attrs.Source = (Sides->second + " is " + Sides->first).str();
+    Aliasing A{G, N.Loc, {Sides->second, Sides->first}, Code};
+    A.G.Operands.clear();
     Aliasings.push_back(std::move(A));
     return std::nullopt;
   }
@@ -773,12 +824,23 @@ void Importer::resolveAliasing() {
     for (StringRef Name : A.Names) {
       auto It = BySource.find(Name);
       if (It == BySource.end()) {
-        warn(A.Loc, "NO_TENSOR_ALIASING names " + quoted(Name) +
+        warn(A.Loc, Twine(A.G.Kind == GuardKind::ObjectAliasing
+                            ? "OBJECT_ALIASING"
+                            : "NO_TENSOR_ALIASING") +
+                        " names " + quoted(Name) +
                         ", which no guard manager of the tree reads; the "
                         "name is dropped");
         continue;
       }
       A.G.Operands.push_back(It->second);
+    }
+    if (A.G.Kind == GuardKind::ObjectAliasing && A.G.Operands.size() != 2) {
+      // Without both sides the relation is not Guard IR's object_aliasing.
+      warn(A.Loc, "OBJECT_ALIASING " + quoted(A.Code) +
+                      " is kept as an opaque lambda guard");
+      A.G.Kind = GuardKind::Lambda;
+      A.G.Operands.resize(1, 0);
+      A.G.Object = object(ObjectKind::Callable, true, A.Code, A.Loc);
     }
     if (A.G.Operands.empty())
       continue;

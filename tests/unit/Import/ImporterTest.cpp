@@ -48,8 +48,8 @@ const char *ManagerX =
     "key='x', framelocals_idx=0), type=<class 'object'>, tag_safe=(False, "
     "False)\n";
 
-/// Every accessor repr torch 2.13 prints for a kind Guard IR has maps to
-/// that kind, and the set verifies.
+/// Every accessor repr torch 2.13 and 2.14 print for a kind Guard IR has
+/// maps to that kind, and the set verifies.
 TEST(TorchLogImporter, AccessorsMapToTheirKinds) {
   struct Case {
     const char *Repr;
@@ -71,6 +71,7 @@ TEST(TorchLogImporter, AccessorsMapToTheirKinds) {
       {"TypeMROGuardAccessor", AccessorKind::TypeMro},
       {"WeakRefCallGuardAccessor()", AccessorKind::WeakRefCall},
       {"CallFunctionNoArgsGuardAccessor", AccessorKind::CallFunctionNoArgs},
+      {"SetGetItemGuardAccessor(index=1)", AccessorKind::SetGetItem},
   };
   for (const Case &C : Cases) {
     Imported R = import(tree(std::string(ManagerX) +
@@ -108,7 +109,7 @@ TEST(TorchLogImporter, GlobalWeakRefOnlyUnderTheGlobals) {
 TEST(TorchLogImporter, UnknownConstructsAreOpaqueLambdas) {
   Imported R = import(tree(
       std::string(ManagerX) +
-      "| | +- OBJECT_ALIASING: L['x'] is L['y']\n"
+      "| | +- SOME_LATER_GUARD: L['x'] is L['y']\n"
       "| | +- GuardManager: source=L['x'].grad, accessed_by=GradGuardAccessor, "
       "type=<class 'NoneType'>, tag_safe=(False, False)\n"
       "| | | +- NONE_MATCH: L['x'].grad is None\n"
@@ -122,6 +123,91 @@ TEST(TorchLogImporter, UnknownConstructsAreOpaqueLambdas) {
   EXPECT_EQ(S.guards()[0].Kind, GuardKind::Lambda);
   EXPECT_EQ(S.object(S.guards()[0].Object).Repr, "L['x'] is L['y']");
   EXPECT_EQ(S.guards()[2].Kind, GuardKind::Lambda); // the unreadable TYPE_MATCH
+  EXPECT_FALSE(llvm::errorToBool(verifyGuardSet(S)));
+}
+
+/// OBJECT_ALIASING (DUPLICATE_INPUT without the aliasing lambda, torch
+/// 2.14's default) is relational like NO_TENSOR_ALIASING: printed in full
+/// once, then by name under its other manager. `B is A` was installed on A's
+/// manager and B's, in that order, as the recorder records it.
+TEST(TorchLogImporter, ObjectAliasingIsRelational) {
+  const char *ManagerY =
+      "| +- GuardManager: source=L['y'], accessed_by=FrameLocalsGuardAccessor("
+      "key='y', framelocals_idx=1), type=<class 'object'>, tag_safe=(False, "
+      "False)\n";
+  Imported R = import(tree(std::string(ManagerX) +
+                           "| | +- OBJECT_ALIASING: L['x'] is L['y']"
+                           "                    # f(x, y)  # m.py:3 in f\n" +
+                           ManagerY + "| | +- OBJECT_ALIASING"));
+  ASSERT_TRUE(R.Sets);
+  EXPECT_TRUE(R.Warnings.empty());
+  const GuardSet &S = (*R.Sets)[0].Set;
+  ASSERT_EQ(S.guards().size(), 1u);
+  const Guard &G = S.guards()[0];
+  EXPECT_EQ(G.Kind, GuardKind::ObjectAliasing);
+  ASSERT_EQ(G.Operands.size(), 2u);
+  EXPECT_EQ(S.value(G.Operands[0]).Source, "L['y']");
+  EXPECT_EQ(S.value(G.Operands[1]).Source, "L['x']");
+  EXPECT_EQ(G.Attrs.Source, "L['y'] is L['x']");
+  EXPECT_EQ(G.Attrs.Loc.Line, 3u);
+  EXPECT_FALSE(llvm::errorToBool(verifyGuardSet(S)));
+
+  // A side no manager reads: an opaque lambda, with a warning.
+  Imported U = import(tree(std::string(ManagerX) +
+                           "| | +- OBJECT_ALIASING: L['x'] is L['z']"));
+  ASSERT_TRUE(U.Sets);
+  EXPECT_EQ(U.Warnings.size(), 2u);
+  const GuardSet &SU = (*U.Sets)[0].Set;
+  ASSERT_EQ(SU.guards().size(), 1u);
+  EXPECT_EQ(SU.guards()[0].Kind, GuardKind::Lambda);
+  EXPECT_EQ(SU.object(SU.guards()[0].Object).Repr, "L['x'] is L['z']");
+  EXPECT_FALSE(llvm::errorToBool(verifyGuardSet(SU)));
+}
+
+/// SEQUENCE_LENGTH's spellings: `not S` for 0 (both releases), and since
+/// torch 2.14 `set.__len__(S) == n` / `frozenset.__len__(S) == n`.
+TEST(TorchLogImporter, LengthCheckSpellings) {
+  struct Case {
+    const char *Line;
+    GuardKind Kind;
+    int64_t Len;
+  } Cases[] = {
+      {"LENGTH_CHECK: len(L['x']) == 3", GuardKind::LengthCheck, 3},
+      {"LENGTH_CHECK: not L['x']", GuardKind::LengthCheck, 0},
+      {"LENGTH_CHECK: set.__len__(L['x']) == 2", GuardKind::LengthCheck, 2},
+      {"LENGTH_CHECK: frozenset.__len__(L['x']) == 1", GuardKind::LengthCheck, 1},
+      {"DICT_LENGTH: not L['x']", GuardKind::DictLength, 0},
+      // A dict's length is never spelled through set.
+      {"DICT_LENGTH: set.__len__(L['x']) == 2", GuardKind::Lambda, 0},
+  };
+  for (const Case &C : Cases) {
+    Imported R = import(tree(std::string(ManagerX) + "| | +- " + C.Line));
+    ASSERT_TRUE(R.Sets) << C.Line;
+    const GuardSet &S = (*R.Sets)[0].Set;
+    ASSERT_EQ(S.guards().size(), 1u) << C.Line;
+    EXPECT_EQ(S.guards()[0].Kind, C.Kind) << C.Line;
+    if (C.Kind != GuardKind::Lambda)
+      EXPECT_EQ(S.guards()[0].Int, C.Len) << C.Line;
+    EXPECT_EQ(R.Warnings.size(), C.Kind == GuardKind::Lambda ? 1u : 0u) << C.Line;
+  }
+}
+
+/// PythonLambdaGuardAccessor (e.g. torch 2.14's ContextVar.get) is Guard
+/// IR's lambda accessor; its callable is not in the log, so it is unbound and
+/// described by the source, with a warning.
+TEST(TorchLogImporter, PythonLambdaAccessorIsUnbound) {
+  Imported R = import(tree(
+      std::string(ManagerX) +
+      "| | +- GuardManager: source=L['x'].get(), accessed_by="
+      "PythonLambdaGuardAccessor, type=<class 'float'>, tag_safe=(False, "
+      "False)\n| | | +- EQUALS_MATCH: L['x'].get() == 2.0"));
+  ASSERT_TRUE(R.Sets);
+  EXPECT_EQ(R.Warnings.size(), 1u);
+  const GuardSet &S = (*R.Sets)[0].Set;
+  EXPECT_EQ(S.value(2).Kind, AccessorKind::Lambda);
+  EXPECT_EQ(S.object(S.value(2).Key).Repr,
+            "<the Python lambda that reads L['x'].get()>");
+  EXPECT_EQ(S.guards()[0].Kind, GuardKind::EqualsMatch);
   EXPECT_FALSE(llvm::errorToBool(verifyGuardSet(S)));
 }
 

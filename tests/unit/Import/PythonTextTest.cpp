@@ -46,6 +46,16 @@ TEST(PythonText, CallArgsNeedsTheMatchingParenthesis) {
   EXPECT_EQ(Q->first, "')'");
 }
 
+TEST(PythonText, SplitOperatorOutsideStringsAndBrackets) {
+  auto S = pytext::splitOperator("L['a is b'] is f(x is y)", "is");
+  ASSERT_TRUE(S);
+  EXPECT_EQ(S->first, "L['a is b']");
+  EXPECT_EQ(S->second, "f(x is y)");
+  EXPECT_FALSE(pytext::splitOperator("L['a is b']", "is"));
+  EXPECT_FALSE(pytext::splitOperator("this island", "is"));
+  EXPECT_FALSE(pytext::splitOperator(" is x", "is"));
+}
+
 TEST(PythonText, PlainStr) {
   EXPECT_EQ(pytext::plainStr("'abc'"), llvm::StringRef("abc"));
   EXPECT_EQ(pytext::plainStr("\"it's\""), llvm::StringRef("it's"));
