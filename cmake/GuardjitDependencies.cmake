@@ -5,13 +5,17 @@ find_package(LLVM 19.1 REQUIRED CONFIG HINTS /usr/lib/llvm-19/lib/cmake/llvm)
 message(STATUS "guardjit: LLVM ${LLVM_PACKAGE_VERSION} from ${LLVM_DIR}")
 separate_arguments(GUARDJIT_LLVM_DEFINITIONS NATIVE_COMMAND ${LLVM_DEFINITIONS})
 
-# guardjit_llvm: the LLVM guardjit links. By default Debian's shared
-# libLLVM.so.19.1 (129 MB, every target and component; mapping it and running
-# its static constructors costs ~42 MB of resident memory at import). With
-# GUARDJIT_LLVM_STATIC (the Python wheel, pyproject.toml) only the components
-# guardjit uses, statically, with their symbols hidden in the module
-# (python/CMakeLists.txt): docs/performance.md "Import cost".
-option(GUARDJIT_LLVM_STATIC "Link LLVM's static component libraries instead of libLLVM.so" OFF)
+# guardjit_llvm: the LLVM guardjit links. By default (GUARDJIT_LLVM_STATIC)
+# only the components guardjit uses, statically: in the Python module their
+# symbols are hidden (python/CMakeLists.txt), and executables export none.
+# Two reasons. Debian's shared libLLVM.so.19.1 (129 MB, every target and
+# component) costs ~42 MB of resident memory at import (docs/performance.md
+# "Import cost"). And its exported symbols interpose on other LLVMs in the
+# process: torch 2.14.1's CUDA build imports triton, whose libtriton.so links
+# an LLVM of its own, and a host linked against libLLVM.so crashed in
+# libtriton's static constructors (tools/guardjit-host, torch 2.14.1).
+# GUARDJIT_LLVM_STATIC=OFF links libLLVM.so (faster links, for C++-only work).
+option(GUARDJIT_LLVM_STATIC "Link LLVM's static component libraries instead of libLLVM.so" ON)
 add_library(guardjit_llvm INTERFACE)
 if(GUARDJIT_LLVM_STATIC)
   llvm_map_components_to_libnames(_gj_llvm_libs

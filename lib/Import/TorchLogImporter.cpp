@@ -507,19 +507,27 @@ std::optional<std::string> Importer::readGuard(const TreeNode &N, StringRef Code
   if (Name == "LENGTH_CHECK" || Name == "DICT_LENGTH") {
     // SEQUENCE_LENGTH's code: `not S` for 0, else `len(S) == n`; since 2.14
     // `set.__len__(S) == n` / `frozenset.__len__(S) == n` for sets.
+    // Only 2.14.1 spells sets so, and its C++ guard then reads a set's size
+    // (length_check_set_size); the other spellings keep 2.13's kind, the same
+    // on any value that passed the TYPE_MATCH Dynamo puts before it.
     StringRef Rest = Code;
     std::optional<int64_t> Len;
+    bool SetSize = false;
     if (Code == ("not " + Src).str())
       Len = 0;
-    else if (Rest.consume_front("len(" + Src.str() + ") == ") ||
-             (Name == "LENGTH_CHECK" &&
-              (Rest.consume_front("set.__len__(" + Src.str() + ") == ") ||
-               Rest.consume_front("frozenset.__len__(" + Src.str() + ") == "))))
+    else if (Rest.consume_front("len(" + Src.str() + ") == "))
       Len = integer(Rest);
+    else if (Name == "LENGTH_CHECK" &&
+             (Rest.consume_front("set.__len__(" + Src.str() + ") == ") ||
+              Rest.consume_front("frozenset.__len__(" + Src.str() + ") == "))) {
+      Len = integer(Rest);
+      SetSize = true;
+    }
     if (!Len || *Len < 0)
       return "cannot read " + Name.str() + " " + quoted(Code);
-    G.Kind = Name == "LENGTH_CHECK" ? GuardKind::LengthCheck
-                                    : GuardKind::DictLength;
+    G.Kind = Name == "DICT_LENGTH" ? GuardKind::DictLength
+             : SetSize             ? GuardKind::LengthCheckSetSize
+                                   : GuardKind::LengthCheck;
     G.Int = *Len;
     return std::nullopt;
   }

@@ -68,10 +68,13 @@ llvm::Value *Lowerer::emitLeafGuard(size_t Index, LoweringStats &Stats) {
     B.SetInsertPoint(Done);
     return nullptr;
   }
-  case GuardKind::LengthCheck: {
+  case GuardKind::LengthCheck:
+  case GuardKind::LengthCheckSetSize: {
+    const char *Helper = G.Kind == GuardKind::LengthCheck
+                             ? "gj_rt_length_check"
+                             : "gj_rt_length_check_set_size";
     if (Compact) { // the helper reads ob_size of exact tuples/lists first
-      Ok = Call("gj_rt_length_check", {PtrTy, I64},
-                {V, ConstantInt::get(I64, G.Int)});
+      Ok = Call(Helper, {PtrTy, I64}, {V, ConstantInt::get(I64, G.Int)});
       break;
     }
     // PySequence_Length of an exact tuple or list is its ob_size (their
@@ -90,8 +93,8 @@ llvm::Value *Lowerer::emitLeafGuard(size_t Index, LoweringStats &Stats) {
     B.CreateCondBr(B.CreateICmpEQ(Size, ConstantInt::get(I64, G.Int)), Done,
                    FailTarget, Likely);
     B.SetInsertPoint(Slow);
-    llvm::Value *Equal = Call("gj_rt_length_check", {PtrTy, I64},
-                              {V, ConstantInt::get(I64, G.Int)});
+    llvm::Value *Equal =
+        Call(Helper, {PtrTy, I64}, {V, ConstantInt::get(I64, G.Int)});
     B.CreateCondBr(Equal, Done, FailTarget, Likely);
     B.SetInsertPoint(Done);
     return nullptr;

@@ -595,6 +595,7 @@ ArrayRef<RuntimeSymbol> runtimeSymbols() {
       GJ_SYM(gj_rt_dict_version),
       GJ_SYM(gj_rt_equals_match),
       GJ_SYM(gj_rt_length_check),
+      GJ_SYM(gj_rt_length_check_set_size),
       GJ_SYM(gj_rt_dict_length),
       GJ_SYM(gj_rt_dict_contains),
       GJ_SYM(gj_rt_no_hasattr),

@@ -262,6 +262,9 @@ bool evaluate(const BoundGuardSet &B, PyObject *FrameLocals, Failure *Why) {
     case GuardKind::LengthCheck:
       Pass = gj_rt_length_check(V, static_cast<Py_ssize_t>(G.Int));
       break;
+    case GuardKind::LengthCheckSetSize:
+      Pass = gj_rt_length_check_set_size(V, static_cast<Py_ssize_t>(G.Int));
+      break;
     case GuardKind::DictLength:
       Pass = gj_rt_dict_length(V, static_cast<Py_ssize_t>(G.Int));
       break;

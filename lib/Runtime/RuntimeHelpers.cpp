@@ -595,6 +595,16 @@ extern "C" int gj_rt_length_check(PyObject *Value, Py_ssize_t Length) {
   return N == Length;
 }
 
+extern "C" int gj_rt_length_check_set_size(PyObject *Value,
+                                           Py_ssize_t Length) {
+  // torch 2.14.1's LENGTH_CHECK reads a set's size itself (Dynamo spells the
+  // guard set.__len__(x) == n), so a subclass's __len__ is not called;
+  // measured on the wheel (docs/guard-semantics.md, "length-check").
+  if (PyAnySet_Check(Value))
+    return PySet_GET_SIZE(Value) == Length;
+  return gj_rt_length_check(Value, Length);
+}
+
 extern "C" int gj_rt_dict_length(PyObject *Value, Py_ssize_t Length) {
   // DICT_LENGTH: dict subclasses accepted.
   return PyDict_Check(Value) && PyDict_GET_SIZE(Value) == Length;

@@ -696,6 +696,7 @@ bool SkipPlanBuilder::implied(const Guard &G) const {
   case GuardKind::DictVersion:
     return TagTracked[V];
   case GuardKind::LengthCheck:
+  case GuardKind::LengthCheckSetSize:
     return TagTracked[V] || PyTuple_CheckExact(Probe[V]);
   default:
     return false;
@@ -749,7 +750,8 @@ SkipPlanBuilder::buildResidual(SkipPlan &P, std::string *WhyNot) {
     // TYPE_MATCH to a built-in type on the same value (guards run in order
     // and the first failure ends the check).
     bool BuiltinLength =
-        G.Kind == GuardKind::LengthCheck &&
+        (G.Kind == GuardKind::LengthCheck ||
+         G.Kind == GuardKind::LengthCheckSetSize) &&
         ((fixed(G.Operands[0]) &&
           !(Py_TYPE(Probe[G.Operands[0]])->tp_flags & Py_TPFLAGS_HEAPTYPE)) ||
          BuiltinTyped[G.Operands[0]]);

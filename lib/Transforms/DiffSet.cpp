@@ -85,6 +85,7 @@ unsigned kindRank(GuardKind K) {
     return 0;
   case GuardKind::EqualsMatch:
   case GuardKind::LengthCheck:
+  case GuardKind::LengthCheckSetSize:
   case GuardKind::DictLength:
   case GuardKind::DictContains:
   case GuardKind::SetContains:
@@ -279,6 +280,8 @@ public:
       return tensorsContradict(UA.S->tensorSpec(A.Tensor),
                                UB.S->tensorSpec(B.Tensor));
     case GuardKind::LengthCheck:
+    case GuardKind::LengthCheckSetSize:
+  case GuardKind::LengthCheckSetSize:
     case GuardKind::DictLength:
     case GuardKind::DictVersion:
       return A.Int != B.Int;

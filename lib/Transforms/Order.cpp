@@ -24,6 +24,7 @@ static bool mayRunPython(GuardKind K) {
   switch (K) {
   case GuardKind::EqualsMatch:
   case GuardKind::LengthCheck:
+  case GuardKind::LengthCheckSetSize:
   case GuardKind::DictContains:
   case GuardKind::NoHasAttr:
   case GuardKind::DimensionMarking:
@@ -66,6 +67,7 @@ static double checkCost(const Guard &G) {
     return 2;
   case GuardKind::EqualsMatch:
   case GuardKind::LengthCheck:
+  case GuardKind::LengthCheckSetSize:
   case GuardKind::DefaultDevice:
   case GuardKind::TorchFunctionModeStack:
     return 4;
@@ -93,6 +95,7 @@ static double failLikelihood(GuardKind K) {
   case GuardKind::TensorMatch:
     return 0.5;
   case GuardKind::LengthCheck:
+  case GuardKind::LengthCheckSetSize:
   case GuardKind::DictLength:
   case GuardKind::DictVersion:
   case GuardKind::NoTensorAliasing:

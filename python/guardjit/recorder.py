@@ -29,7 +29,7 @@ import torch
 import torch._dynamo.guards as dynamo_guards
 from torch._C._dynamo import guards as C
 
-from guardjit import _core, shapes, stable_text
+from guardjit import _compat, _core, shapes, stable_text
 from guardjit import aliasing as aliasing_parts
 from guardjit import lambdas
 
@@ -825,7 +825,11 @@ _LEAVES: dict[str, Any] = {
     "add_true_match_guard": _simple("true_match", "TRUE_MATCH", dedup=True),
     "add_false_match_guard": _simple("false_match", "FALSE_MATCH", dedup=True),
     "add_not_none_guard": _simple("not_none", "NOT_NONE", dedup=True),
-    "add_length_check_guard": _leaf_length("length_check", "LENGTH_CHECK"),
+    # torch 2.14.1's LENGTH_CHECK reads a set's size itself (set.__len__),
+    # 2.13.0's calls PySequence_Length: two IR kinds, the release's own.
+    "add_length_check_guard": _leaf_length(
+        "length_check_set_size" if _compat.at_least("2.14.1") else "length_check",
+        "LENGTH_CHECK"),
     "add_dict_length_check_guard": _leaf_length("dict_length", "DICT_LENGTH"),
     "add_dict_contains_guard": _leaf_dict_contains,
     "add_no_hasattr_guard": _leaf_no_hasattr,

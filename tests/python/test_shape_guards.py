@@ -240,12 +240,12 @@ def test_untranslated_parts_stay_in_one_python_epilogue(monkeypatch):
 # process) where the Python lambda stops at the first false part or fails.
 @pytest.mark.parametrize("name", ["cat_view", "matmul", "int_local", "float_local",
                                   "transpose_add", "view3"])
-def test_cpp_symbolic_shape_guards_translate_and_agree(name, monkeypatch):
+@torch._dynamo.config.patch(enable_cpp_symbolic_shape_guards=True)
+def test_cpp_symbolic_shape_guards_translate_and_agree(name):
     """With enable_cpp_symbolic_shape_guards Dynamo checks the shape guards
     with a compiled C function (install_symbolic_shape_guard over
     indexed_manager / tensor_property_* managers). The recorder translates
     SHAPE_ENV's Python code parts instead, and must agree with that tree."""
-    monkeypatch.setattr(torch._dynamo.config, "enable_cpp_symbolic_shape_guards", True)
     fn, unit, _ = _compile(name)
     assert unit.status == "native", unit.reason
     kinds = unit.ir.count_by_kind()

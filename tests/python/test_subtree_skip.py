@@ -361,9 +361,9 @@ def test_switch_off(monkeypatch):
     assert _core.skip_stats(plugin.units()[-1].check) is None
 
 
+@torch._dynamo.config.patch(use_recursive_dict_tags_for_guards=True)
 def test_torch_option_turns_it_on(monkeypatch):
     monkeypatch.setattr(plugin.config, "subtree_skip", False)
-    monkeypatch.setattr(torch._dynamo.config, "use_recursive_dict_tags_for_guards", True)
     st = _skip_stats(None)
     assert st["enabled"] and st["source"] == "torch use_recursive_dict_tags_for_guards"
     pair = Pair()

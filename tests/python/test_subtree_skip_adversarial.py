@@ -36,9 +36,12 @@ D = 8
 
 
 @pytest.fixture(autouse=True)
-def _room_for_both_sides(monkeypatch):
+def _room_for_both_sides():
     # guardjit's and plain torch's entries share each code object's cache.
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 64)
+    # (torch's config.patch, not monkeypatch: pytest >= 9.2 undoes a setattr
+    # on torch's config module with delattr, which hides the option.)
+    with torch._dynamo.config.patch(recompile_limit=64):
+        yield
 
 
 def _hits() -> int:

@@ -205,6 +205,9 @@ void gj_rt_decref_array(PyObject *const *Objs, int64_t N);
 // Leaf guards.
 int gj_rt_equals_match(PyObject *Value, PyObject *Constant);
 int gj_rt_length_check(PyObject *Value, Py_ssize_t Length);
+/// LENGTH_CHECK of torch 2.14.1 (length_check_set_size): a set or frozenset,
+/// subclasses too, by its size; anything else as gj_rt_length_check.
+int gj_rt_length_check_set_size(PyObject *Value, Py_ssize_t Length);
 int gj_rt_dict_length(PyObject *Value, Py_ssize_t Length);
 int gj_rt_dict_contains(PyObject *Dict, PyObject *Key, int Expected);
 /// gj_rt_dict_contains that records a pass after a pure probe in `Cache`

@@ -169,6 +169,7 @@ GuardSet makeEverything() {
       G.Object = Fn;                                                           \
       break;                                                                   \
     case GuardKind::LengthCheck:                                               \
+    case GuardKind::LengthCheckSetSize:                                        \
       G.Int = std::numeric_limits<int64_t>::min();                             \
       break;                                                                   \
     case GuardKind::DictLength:                                                \

@@ -777,6 +777,33 @@ TEST_P(EngineTest, LengthCheckFastPathAndSubclasses) {
     EXPECT_FALSE(both(*BS, Fn, eval(Fail).get())) << Fail;
 }
 
+/// LENGTH_CHECK as torch 2.14.1 checks it (length_check_set_size): a set or
+/// frozenset, subclasses too, by its size (a subclass's __len__ is not
+/// called); anything else as length_check, the tuple/list fast path included.
+TEST_P(EngineTest, LengthCheckSetSizeReadsTheSetsSize) {
+  exec("class LyingSet(set):\n"
+       "    def __len__(self): return 7\n"
+       "class LyingFrozen(frozenset):\n"
+       "    def __len__(self): return 7\n"
+       "class LongTuple(tuple):\n"
+       "    def __len__(self): return 7\n"
+       "class Raising:\n"
+       "    def __len__(self): raise ValueError('len')\n");
+  SetBuilder SB;
+  SB.guard(GuardKind::LengthCheckSetSize, {SB.local("x")}, InvalidId, 2);
+  BUILD(SB);
+  for (const char *Pass :
+       {"{'x': {1, 2}}", "{'x': frozenset({1, 2})}", "{'x': LyingSet({1, 2})}",
+        "{'x': LyingFrozen({1, 2})}", "{'x': (1, 2)}", "{'x': [1, 2]}",
+        "{'x': 'ab'}"})
+    EXPECT_TRUE(both(*BS, Fn, eval(Pass).get())) << Pass;
+  for (const char *Fail :
+       {"{'x': {1}}", "{'x': LyingSet({1, 2, 3})}", "{'x': LongTuple((1, 2))}",
+        "{'x': {'a': 1, 'b': 2}}", "{'x': 3}", "{'x': Raising()}", "{}"})
+    EXPECT_FALSE(both(*BS, Fn, eval(Fail).get())) << Fail;
+  EXPECT_FALSE(PyErr_Occurred());
+}
+
 TEST_P(EngineTest, DictCacheSurvivesAddressReuse) {
   SetBuilder SB;
   Ref A = eval("object()"), Bo = eval("object()");
