@@ -23,16 +23,23 @@ source scripts/torch-env.sh
 echo "==> pip ($PY): torch==$GJ_TORCH, build/test tools and the benchmark's model and plot libraries"
 # torch is pinned to an exact release: a bare "torch" would download a
 # multi-GB CUDA build, and an interpreter's torch is never replaced.
-"$PY" -m pip install -q --disable-pip-version-check "torch==$GJ_TORCH" "scikit-build-core>=0.10" \
-  "pybind11>=3.0" ninja "cmake>=3.25" pytest hypothesis lit transformers matplotlib tqdm 2>&1 \
-  | grep -v "^WARNING" || true
+pip_quiet() {  # pip without its "WARNING: Location ..." lines; fails when pip fails
+  local log rc=0
+  log=$(mktemp)
+  "$PY" -m pip "$@" >"$log" 2>&1 || rc=$?
+  grep -v "^WARNING" "$log" || true
+  rm -f "$log"
+  return $rc
+}
+pip_quiet install -q --disable-pip-version-check "torch==$GJ_TORCH" "scikit-build-core>=0.10" \
+  "pybind11>=3.0" ninja "cmake>=3.25" pytest hypothesis lit transformers matplotlib tqdm
 
 echo "==> building and installing guardjit against torch $GJ_TORCH (first build takes a few minutes)"
 # No build isolation: the build compiles against the installed torch's headers.
 # One build directory per torch release, so the two never share a CMake cache.
-"$PY" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps \
-  --config-settings=build-dir="build/py-$GJ_TAG" . 2>&1 \
-  | grep -v "^WARNING" || true
+pip_quiet install -q --disable-pip-version-check --no-build-isolation --no-deps \
+  --config-settings=build-dir="build/py-$GJ_TAG" . \
+  || { echo "guardjit failed to build against torch $GJ_TORCH" >&2; exit 1; }
 "$PY" -c "import guardjit, guardjit._core; assert guardjit.enabled()" \
   || { echo "guardjit failed to build or import" >&2; exit 1; }
 # pyenv shims expose new console scripts (guard-ir-opt) only after a rehash.

@@ -281,7 +281,6 @@ public:
                                UB.S->tensorSpec(B.Tensor));
     case GuardKind::LengthCheck:
     case GuardKind::LengthCheckSetSize:
-  case GuardKind::LengthCheckSetSize:
     case GuardKind::DictLength:
     case GuardKind::DictVersion:
       return A.Int != B.Int;
