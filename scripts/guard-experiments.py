@@ -782,8 +782,8 @@ def _():
 
 
 @experiment("root-local-state", "5",
-            "A root whose LocalState was captured under an excluded AutogradCPU: does a TENSOR_MATCH / "
-            "DISPATCH_KEY_SET_MATCH added to it apply that state?")
+            "A root given (set_local_state) a LocalState captured under an excluded AutogradCPU: does a "
+            "TENSOR_MATCH / DISPATCH_KEY_SET_MATCH added to it apply that state (checked plain/excluded)?")
 def _():
     if not hasattr(C.RootGuardManager, "set_local_state"):
         return "n/a: RootGuardManager has no get_local_state/set_local_state"
@@ -805,12 +805,12 @@ def _():
         with _excluded_autograd():
             excluded = _check(root, value)
         out[kind] = f"{plain}/{excluded}"
-    return _kv(**out) + " (plain/excluded)"
+    return _kv(**out)
 
 
 @experiment("local-state-build-time", "5",
-            "Built outside an excluded AutogradCPU on a root created inside it: whose TLS does a TENSOR_MATCH / "
-            "DISPATCH_KEY_SET_MATCH apply?")
+            "Added outside an excluded AutogradCPU to a root created inside it, checked plain/excluded: does a "
+            "TENSOR_MATCH / DISPATCH_KEY_SET_MATCH apply the TLS of its own build (T/F) or the root's (F/T)?")
 def _():
     x = torch.randn(2)
     ks = torch._C._dispatch_keys(x)
@@ -828,7 +828,7 @@ def _():
         with _excluded_autograd():
             excluded = _check(root, value)
         out[kind] = f"{plain}/{excluded}"
-    return _kv(**out) + " (checked plain/excluded; T/F: the guard's build-time TLS, F/T: the root's)"
+    return _kv(**out)
 
 
 # ---------------------------------------------------------------------------
