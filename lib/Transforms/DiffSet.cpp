@@ -95,6 +95,7 @@ unsigned kindRank(GuardKind K) {
     return 1;
   case GuardKind::TensorMatch:
   case GuardKind::DispatchKeySetMatch:
+  case GuardKind::CowTensorMatch:
   case GuardKind::GlobalState:
   case GuardKind::DefaultDevice:
   case GuardKind::TorchFunctionModeStack:
@@ -281,6 +282,7 @@ public:
     case GuardKind::LengthCheck:
     case GuardKind::DictLength:
     case GuardKind::DictVersion:
+    case GuardKind::CowTensorMatch:
       return A.Int != B.Int;
     case GuardKind::DictContains:
     case GuardKind::SetContains:
