@@ -59,7 +59,8 @@ bool needsTorch(const GuardSet &S) {
   for (const Guard &G : S.guards())
     if (G.Kind == GuardKind::TensorMatch || G.Kind == GuardKind::GlobalState ||
         G.Kind == GuardKind::TorchFunctionModeStack ||
-        G.Kind == GuardKind::SavedTensorsHooks)
+        G.Kind == GuardKind::SavedTensorsHooks ||
+        G.Kind == GuardKind::CowTensorMatch)
       return true;
   for (const Value &V : S.values())
     if (V.Kind == AccessorKind::Grad || V.Kind == AccessorKind::TensorSize ||

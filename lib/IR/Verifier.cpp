@@ -102,6 +102,8 @@ ObjectRule valueKey(AccessorKind K) {
     return {Use::Required, bit(ObjectKind::Dict)};
   case AccessorKind::Lambda:
     return {Use::Required, bit(ObjectKind::Callable)};
+  case AccessorKind::ContextVarGet: // the default of get(d); none for get()
+    return {Use::Optional, bit(ObjectKind::Constant)};
   default:
     return {};
   }
@@ -329,6 +331,11 @@ private:
                      : "saved_tensors_hooks int=0 takes no ints");
     } else if (G.Kind != GuardKind::RangeIteratorMatch && !G.Ints.empty())
       report(Diag::Guard, I, Diag::Whole, Twine(Kind) + " takes no ints");
+    if (G.Kind == GuardKind::CowTensorMatch && G.Int != 0 && G.Int != 1)
+      report(Diag::Guard, I, Diag::Whole,
+             "cow_tensor_match needs int=0 (not copy-on-write) or int=1 "
+             "(copy-on-write), got " +
+                 Twine(G.Int));
     if (G.Kind == GuardKind::StorageOverlapping &&
         (G.Int < 0 || static_cast<uint64_t>(G.Int) > N))
       report(Diag::Guard, I, Diag::Whole,

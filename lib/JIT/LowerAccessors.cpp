@@ -418,6 +418,17 @@ void Lowerer::emitValue(ValueId Id, LoweringStats &Stats) {
         B.CreateCall(helper("gj_rt_global_weakref", PtrTy, {PtrTy, PtrTy}),
                      {Parent, object(V.Key)}, Name);
     break;
+  case AccessorKind::ContextVarGet: {
+    // get(d) passes the default; get() a null pointer (the var's own
+    // default, if any, applies).
+    llvm::Value *Default = V.Key == InvalidId
+                               ? ConstantPointerNull::get(PtrTy)
+                               : static_cast<llvm::Value *>(object(V.Key));
+    Result = B.CreateCall(
+        helper("gj_rt_contextvar_get", PtrTy, {PtrTy, PtrTy}),
+        {Parent, Default}, Name);
+    break;
+  }
   case AccessorKind::TensorSize:
   case AccessorKind::TensorStride:
   case AccessorKind::TensorStorageOffset: {

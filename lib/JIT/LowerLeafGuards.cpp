@@ -195,6 +195,7 @@ llvm::Value *Lowerer::emitLeafGuard(size_t Index, LoweringStats &Stats) {
   case GuardKind::TensorMatch:
   case GuardKind::DimensionMarking:
   case GuardKind::DispatchKeySetMatch:
+  case GuardKind::CowTensorMatch:
   case GuardKind::ObjectAliasing:
   case GuardKind::StorageOverlapping:
   case GuardKind::NoTensorAliasing:

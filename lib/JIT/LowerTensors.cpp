@@ -1,6 +1,7 @@
 //===- LowerTensors.cpp - Tensor guards -----------------------------------===//
 //
-// TENSOR_MATCH and the other guards on one tensor. They call the TorchHooks
+// TENSOR_MATCH and the other guards on one tensor (DIMENSION_DYNAMIC_MARKING,
+// DISPATCH_KEY_SET_MATCH, COW_TENSOR_MATCH). They call the TorchHooks
 // of lib/TorchRuntime through the gj_rt_* helpers, with the LocalState
 // (dispatch keys included/excluded) read once per check in the entry block.
 //
@@ -18,7 +19,8 @@ namespace guardjit {
 bool Lowerer::isTensorGuard(GuardKind K) {
   return K == GuardKind::TensorMatch ||
          K == GuardKind::DimensionMarking ||
-         K == GuardKind::DispatchKeySetMatch;
+         K == GuardKind::DispatchKeySetMatch ||
+         K == GuardKind::CowTensorMatch;
 }
 
 llvm::Value *Lowerer::emitTensorGuard(size_t Index, LoweringStats &Stats) {
@@ -42,6 +44,10 @@ llvm::Value *Lowerer::emitTensorGuard(size_t Index, LoweringStats &Stats) {
     Ok = Call("gj_rt_dispatch_key_set_match", {PtrTy, PtrTy, I64, PtrTy},
               {V, object(G.Object), ConstantInt::get(I64, G.Int),
                LocalStatePtr});
+    break;
+  case GuardKind::CowTensorMatch:
+    Ok = Call("gj_rt_cow_tensor_match", {PtrTy, I64},
+              {V, ConstantInt::get(I64, G.Int)});
     break;
   default:
     llvm_unreachable("not a tensor guard");

@@ -89,6 +89,12 @@ Error Lowerer::validate() const {
     if (accessorReadsKey(V.Kind) && V.Key >= NumObjects)
       return createStringError("guard set '%s': value %u (%s) has no key",
                                S.name().c_str(), I, V.Source.c_str());
+    if (V.Kind == AccessorKind::ContextVarGet && V.Key != InvalidId &&
+        V.Key >= NumObjects)
+      return createStringError(
+          "guard set '%s': value %u (%s): default %u is not in the object "
+          "table",
+          S.name().c_str(), I, V.Source.c_str(), V.Key);
   }
   for (size_t I = 0; I < S.guards().size(); ++I) {
     const Guard &G = S.guards()[I];
@@ -588,6 +594,7 @@ ArrayRef<RuntimeSymbol> runtimeSymbols() {
       GJ_SYM(gj_rt_call_function_no_args),
       GJ_SYM(gj_rt_weakref_call),
       GJ_SYM(gj_rt_global_weakref),
+      GJ_SYM(gj_rt_contextvar_get),
       GJ_SYM(gj_rt_decref),
       GJ_SYM(gj_rt_decref_array),
       GJ_SYM(gj_rt_float_is_nan),
@@ -618,6 +625,7 @@ ArrayRef<RuntimeSymbol> runtimeSymbols() {
       GJ_SYM(gj_rt_dispatch_key_set_match),
       GJ_SYM(gj_rt_dual_level_match),
       GJ_SYM(gj_rt_saved_tensors_hooks),
+      GJ_SYM(gj_rt_cow_tensor_match),
       GJ_SYM(gj_rt_storage_overlapping),
       GJ_SYM(gj_rt_shape_read_int),
       GJ_SYM(gj_rt_shape_read_float),

@@ -145,6 +145,9 @@ BoundGuardSet::bind(std::shared_ptr<const GuardSet> SetPtr,
         (Val.Index < 0 || Val.Parent != GuardSet::root()))
       return Fail(describeValue(S, V) +
                   ": recorded needs the root as parent and an index >= 0");
+    if (Val.Kind == AccessorKind::ContextVarGet && Val.Key != InvalidId &&
+        !objectOk(Val.Key))
+      return Fail(describeValue(S, V) + ": missing default object");
     if (!accessorReadsKey(Val.Kind))
       continue;
     if (!objectOk(Val.Key))
@@ -233,6 +236,10 @@ BoundGuardSet::bind(std::shared_ptr<const GuardSet> SetPtr,
       if (!PyType_Check(obj(G.Object)))
         return Fail(describeGuard(S, I) +
                     ": object must be the DispatchKeySet type");
+      break;
+    case GuardKind::CowTensorMatch:
+      if (G.Int != 0 && G.Int != 1)
+        return Fail(describeGuard(S, I) + ": needs int=0 or int=1");
       break;
     case GuardKind::StorageOverlapping:
       if (G.Int < 0 || static_cast<uint64_t>(G.Int) > G.Operands.size())

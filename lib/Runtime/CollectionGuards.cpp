@@ -3,12 +3,12 @@
 // The runtime helpers of the torch 2.13 guard kinds over iterators, sets,
 // mappings and ambient state: TUPLE_ITERATOR_LEN, RANGE_ITERATOR_MATCH,
 // MAPPING_KEYS_MATCH, SET_CONTAINS, DISPATCH_KEY_SET_MATCH, DUAL_LEVEL_MATCH,
-// FAKE_SCRIPT_TYPE_MATCH,
-// STORAGE_OVERLAPPING and AUTOGRAD_SAVED_TENSORS_HOOKS (forwarded to
-// TorchHooks) and the accessors
-// GradGuardAccessor (TorchHooks), SetGetItemGuardAccessor and
-// TupleIteratorGetItemAccessor. Each mirrors the class of the same name in
-// torch/csrc/dynamo/guards.cpp; the same rule as RuntimeHelpers.cpp applies:
+// FAKE_SCRIPT_TYPE_MATCH, STORAGE_OVERLAPPING, AUTOGRAD_SAVED_TENSORS_HOOKS
+// and torch 2.14's COW_TENSOR_MATCH (forwarded to TorchHooks) and the
+// accessors GradGuardAccessor (TorchHooks), SetGetItemGuardAccessor,
+// TupleIteratorGetItemAccessor and torch 2.14's ContextVarGetSource. Each
+// mirrors the class of the same name in torch/csrc/dynamo/guards.cpp (or the
+// Python lambda of torch/_dynamo/guards.py); as in RuntimeHelpers.cpp,
 // where Dynamo returns a result with a Python error left set, we return that
 // result and clear the error; where Dynamo would crash (a NULL it does not
 // test), the check fails. docs/guard-semantics.md §9 lists each case.
@@ -64,6 +64,33 @@ extern "C" PyObject *gj_rt_tuple_iterator_get_item(PyObject *It,
   if (Pos < 0 || Pos >= PyTuple_GET_SIZE(I->it_seq))
     return nullptr;
   return PyTuple_GET_ITEM(I->it_seq, Pos);
+}
+
+extern "C" PyObject *gj_rt_contextvar_get(PyObject *Var, PyObject *Default) {
+  // ContextVarGetSource: Dynamo's PythonLambdaGuardAccessor calls `lambda x,
+  // d=default: x.get(d)` (or `lambda x: x.get()`). ContextVar is a static
+  // type that cannot be subclassed or given attributes, so on an exact one
+  // `x.get` is ContextVar.get: PyContextVar_Get, and a LookupError when it
+  // finds nothing (no value, no default of its own, none passed).
+  PyObject *Out = nullptr;
+  if (PyContextVar_CheckExact(Var)) {
+    if (PyContextVar_Get(Var, Default, &Out) < 0) {
+      PyErr_Clear();
+      return nullptr;
+    }
+    return Out;
+  }
+  // Anything else: the lambda's LOAD_METHOD + CALL, i.e. a method call.
+  static PyObject *Get = PyUnicode_InternFromString("get");
+  if (!Get) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  Out = Default ? PyObject_CallMethodOneArg(Var, Get, Default)
+                : PyObject_CallMethodNoArgs(Var, Get);
+  if (!Out)
+    PyErr_Clear();
+  return Out;
 }
 
 //===----------------------------------------------------------------------===//
@@ -213,6 +240,16 @@ extern "C" int gj_rt_dual_level_match(PyObject *ForwardAD, int64_t Level) {
   if (L == -1 && PyErr_Occurred())
     PyErr_Clear();
   return L == Level;
+}
+
+extern "C" int gj_rt_cow_tensor_match(PyObject *Value, int64_t Expected) {
+  const TorchHooks *H = torchHooks();
+  if (!H || !H->cowTensorMatch)
+    return 0;
+  int R = H->cowTensorMatch(Value, Expected != 0);
+  if (PyErr_Occurred())
+    PyErr_Clear();
+  return R == 1;
 }
 
 extern "C" int gj_rt_saved_tensors_hooks(PyObject *GraphModule,

@@ -176,6 +176,9 @@ private:
       return gj_rt_tensor_property(Parent, 2, V.Index);
     case AccessorKind::Recorded:
       return Recorded[V.Index];
+    case AccessorKind::ContextVarGet:
+      return gj_rt_contextvar_get(
+          Parent, V.Key == InvalidId ? nullptr : Objs[V.Key]);
     }
     return nullptr;
   }
@@ -345,6 +348,9 @@ bool evaluate(const BoundGuardSet &B, PyObject *FrameLocals, Failure *Why) {
       Pass = gj_rt_saved_tensors_hooks(Objs[G.Object], G.Int,
                                        G.Int ? G.Ints[0] : 0,
                                        G.Int ? G.Ints[1] : 0);
+      break;
+    case GuardKind::CowTensorMatch:
+      Pass = gj_rt_cow_tensor_match(V, G.Int);
       break;
     case GuardKind::Lambda:
       Pass = gj_rt_lambda(Objs[G.Object], V);

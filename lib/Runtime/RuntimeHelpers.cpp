@@ -182,6 +182,7 @@ bool guardjit::accessorReturnsNewRef(AccessorKind K) {
   case AccessorKind::TensorSize:
   case AccessorKind::TensorStride:
   case AccessorKind::TensorStorageOffset:
+  case AccessorKind::ContextVarGet:
     return true;
   case AccessorKind::TupleIteratorGetItem:
   case AccessorKind::Closure:

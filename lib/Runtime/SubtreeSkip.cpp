@@ -276,6 +276,10 @@ bool residualAccessorOk(const GuardSet &S, const Value &V,
   case AccessorKind::FrameLocal:
   case AccessorKind::DictGetItem:
     return PyUnicode_CheckExact(Objs[V.Key]);
+  case AccessorKind::ContextVarGet:
+    // Python-free on an exact ContextVar (PyContextVar_Get), but `get` is
+    // called on any other parent, and nothing here proves the parent's type.
+    return false;
   default:
     (void)S;
     return false;
@@ -318,6 +322,10 @@ bool residualGuardOk(const Guard &G, PyObject *const *Objs) {
     return PyUnicode_CheckExact(Objs[G.Object]);
   case GuardKind::ShapeExpr:
     return G.Object == InvalidId; // the Python fallback never runs
+  case GuardKind::CowTensorMatch:
+    // isinstance(x, torch.Tensor) reads a non-tensor's `__class__`, which
+    // may be a Python property.
+    return false;
   default:
     return false;
   }

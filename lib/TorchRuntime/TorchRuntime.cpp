@@ -3,8 +3,9 @@
 // The ATen-backed TorchHooks table. Each check mirrors torch 2.13's
 // torch/csrc/dynamo/guards.cpp (TensorCheck::check, GlobalStateGuard::check,
 // TORCH_FUNCTION_MODE_STACK), torch/csrc/dynamo/guards.h (LocalState) and
-// the AUTOGRAD_SAVED_TENSORS_HOOKS lambda of torch/_dynamo/guards.py;
-// docs/guard-semantics.md §5–§6 records the 2.13 experiments behind them.
+// the AUTOGRAD_SAVED_TENSORS_HOOKS and (torch 2.14) COW_TENSOR_MATCH lambdas
+// of torch/_dynamo/guards.py; docs/guard-semantics.md §5–§6, §12 and §15
+// record the experiments behind them.
 //
 // No exception leaves this file: every ATen call that can throw is inside a
 // try block whose failure is a failed check (or a failed prepare).
@@ -24,6 +25,7 @@
 #include <c10/core/DefaultDtype.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/SafePyObject.h>
+#include <c10/core/impl/COW.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/PyInterpreter.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -680,11 +682,64 @@ int savedTensorsHooks(PyObject *GraphModule, int HasIds, int64_t PackId,
   }
 }
 
+//===----------------------------------------------------------------------===//
+// COW_TENSOR_MATCH (torch 2.14)
+//===----------------------------------------------------------------------===//
+
+/// Dynamo's lambda, torch 2.14 torch/_dynamo/guards.py
+/// GuardBuilder.COW_TENSOR_MATCH, is guard_fn(x) = _cow_tensor_matches(x,
+/// expected) with `expected` a bool and
+///
+///   _cow_tensor_matches(v, e) = isinstance(e, bool) and
+///       (a := _try_is_cow_tensor(v)) is not _COW_TENSOR_UNSUPPORTED and a == e
+///   _try_is_cow_tensor(v) =
+///       _COW_TENSOR_UNSUPPORTED if not isinstance(v, torch.Tensor)
+///       _COW_TENSOR_UNSUPPORTED if torch._C._dispatch_keys(v).has(Python)
+///       torch._C._is_cow_tensor(v)
+///
+/// _dispatch_keys is `tensor.unsafeGetTensorImpl()->key_set()`
+/// (torch/csrc/utils/python_dispatch.cpp) and _is_cow_tensor is
+/// `c10::impl::cow::is_cow_data_ptr(tensor.storage().data_ptr())`
+/// (torch/csrc/Module.cpp), both taking the tensor through pybind's
+/// at::Tensor caster (THPVariable_Check, then THPVariable_Unpack).
+/// isinstance is THPVariable_Check without the throw: PyObject_IsInstance,
+/// which honours a `__class__` override. Where torch would unpack an object
+/// that only claims to be a tensor (it segfaults) or dereference a tensor
+/// without a storage, the guard fails; a C++ exception (storage() of a
+/// sparse tensor, data_ptr() of a fake one) is the lambda's RuntimeError:
+/// the guard fails.
+int cowTensorMatch(PyObject *Value, int Expected) {
+  if (!THPVariableClass)
+    return 0;
+  int IsTensor = THPVariable_CheckExact(Value)
+                     ? 1
+                     : PyObject_IsInstance(Value, THPVariableClass);
+  if (IsTensor < 0)
+    PyErr_Clear();
+  if (IsTensor <= 0 ||
+      !PyObject_TypeCheck(Value,
+                          reinterpret_cast<PyTypeObject *>(THPVariableClass)))
+    return 0;
+  try {
+    const at::Tensor &T = THPVariable_Unpack(Value);
+    if (T.unsafeGetTensorImpl()->key_set().has(c10::DispatchKey::Python))
+      return 0;
+    const c10::Storage &S = T.storage();
+    if (!S)
+      return 0;
+    return c10::impl::cow::is_cow_data_ptr(S.data_ptr()) == (Expected != 0);
+  } catch (...) {
+    PyErr_Clear();
+    return 0;
+  }
+}
+
 const TorchHooks AtenHooks = {readLocalState,   tensorMatch,
                               globalState,      torchFunctionModeStack,
                               prepare,          release,
                               tensorGrad,       storageOverlapping,
-                              tensorProperty,   savedTensorsHooks};
+                              tensorProperty,   savedTensorsHooks,
+                              cowTensorMatch};
 
 } // namespace
 

@@ -96,6 +96,7 @@ unsigned kindRank(GuardKind K) {
     return 1;
   case GuardKind::TensorMatch:
   case GuardKind::DispatchKeySetMatch:
+  case GuardKind::CowTensorMatch:
   case GuardKind::GlobalState:
   case GuardKind::DefaultDevice:
   case GuardKind::TorchFunctionModeStack:
@@ -283,6 +284,7 @@ public:
     case GuardKind::LengthCheckSetSize:
     case GuardKind::DictLength:
     case GuardKind::DictVersion:
+    case GuardKind::CowTensorMatch:
       return A.Int != B.Int;
     case GuardKind::DictContains:
     case GuardKind::SetContains:

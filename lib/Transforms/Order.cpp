@@ -31,6 +31,10 @@ static bool mayRunPython(GuardKind K) {
   case GuardKind::Lambda:
   case GuardKind::EpilogueLambda:
   case GuardKind::SavedTensorsHooks: // isinstance() on the user's hooks
+  // isinstance(x, torch.Tensor): torch.Tensor's metaclass (_TensorMeta, an
+  // immutable type) keeps type.__instancecheck__, which reads `__class__`
+  // of an object that is not a tensor: a Python property can run.
+  case GuardKind::CowTensorMatch:
     return true;
   default:
     return false;
@@ -44,6 +48,7 @@ static bool mayRunPython(AccessorKind K) {
   case AccessorKind::GetItem:
   case AccessorKind::Lambda:
   case AccessorKind::CallFunctionNoArgs:
+  case AccessorKind::ContextVarGet: // `get` of anything not a ContextVar
     return true;
   default:
     return false;
@@ -74,6 +79,7 @@ static double checkCost(const Guard &G) {
   case GuardKind::DictContains:
     return 6;
   case GuardKind::TensorMatch:
+  case GuardKind::CowTensorMatch:
     return 10;
   case GuardKind::GlobalState:
     return 20;
@@ -141,6 +147,7 @@ static double readCost(AccessorKind K) {
   case AccessorKind::GetAttr:
   case AccessorKind::GenericGetAttr:
   case AccessorKind::GetItem:
+  case AccessorKind::ContextVarGet: // a HAMT lookup; a call if not a var
     return 20;
   case AccessorKind::Lambda:
   case AccessorKind::CallFunctionNoArgs:

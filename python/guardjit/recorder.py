@@ -346,8 +346,16 @@ def _on_accessor(method: str, mgr: Any, child: Any, args: tuple, kwargs: dict) -
     elif kind in ("dict_key", "dict_value", "set_get_item", "tuple_iterator_get_item"):
         index = int(a["index"])
     elif kind == "lambda":
-        # PythonLambdaGuardAccessor holds its callable: kept alive here too.
-        key = rec.object_id("callable", a["python_lambda"], True)
+        cv = lambdas.contextvar_get(a["python_lambda"])
+        if cv is not None:
+            # torch 2.14's ContextVarGetSource lambda, proven: read natively
+            # (PyContextVar_Get); the default it captured is the key.
+            kind = "contextvar_get"
+            if cv.has_default:
+                key = rec.object_id("constant", cv.default, True)
+        else:
+            # PythonLambdaGuardAccessor holds its callable: kept alive here too.
+            key = rec.object_id("callable", a["python_lambda"], True)
     elif kind == "global_weakref":
         g = a["global_name"]
         key = rec.object_id("key", g, True)
@@ -360,7 +368,7 @@ def _on_accessor(method: str, mgr: Any, child: Any, args: tuple, kwargs: dict) -
     rec.reads[vid] = (kind, parent, read_key() if read_key else None)
     if kind == "globals":
         rec.globals_values.setdefault(id(a["f_globals"]), vid)
-    elif kind in ("call_function_no_args", "lambda"):
+    elif kind in ("call_function_no_args", "lambda", "contextvar_get"):
         rec.fresh_values.add(vid)  # a call: Python's evaluation would call again
     rec.nodes[id(child)] = (child, vid, example)
     rec.by_source.setdefault(source, vid)
@@ -491,6 +499,13 @@ def _leaf_no_hasattr(rec, mgr, attr, parts, stack):
 
 
 def _leaf_lambda(rec, mgr, fn, parts, stack):
+    cow = None if isinstance(mgr, _ROOT) else lambdas.cow_tensor_match(fn)
+    if cow is not None:
+        # torch 2.14's COW_TENSOR_MATCH lambda on a tensor's manager, proven
+        # to be torch's template (guardjit/lambdas.py): checked natively.
+        _add(rec, mgr, "cow_tensor_match", "LAMBDA_GUARD", parts, stack,
+             int=1 if cow.expected else 0)
+        return
     if isinstance(mgr, _ROOT):
         # torch's ambient AUTOGRAD_SAVED_TENSORS_HOOKS lambda, proven to be
         # torch's template (guardjit/lambdas.py): checked natively.

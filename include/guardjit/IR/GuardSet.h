@@ -53,7 +53,8 @@ int guardArity(GuardKind K);
 /// Whether a guard of kind `K` needs its `Object` table entry (checked when
 /// verifying, binding and lowering).
 bool guardReadsObject(GuardKind K);
-/// Whether an accessor of kind `K` reads its `Key` object.
+/// Whether an accessor of kind `K` needs its `Key` object. contextvar_get
+/// reads one only when present (get(d)'s default) and is not counted here.
 bool accessorReadsKey(AccessorKind K);
 std::optional<GuardKind> parseGuardKind(std::string_view S);
 
@@ -108,7 +109,7 @@ struct Value {
   int64_t Index = -1;         ///< framelocals index, item or dict index
   /// The object the runtime needs: the name (a str) for FrameLocal, GetAttr
   /// and GenericGetAttr; the key for DictGetItem and GetItem; the f_globals
-  /// dict for Globals.
+  /// dict for Globals; the default of ContextVarGet (InvalidId: none).
   ObjectId Key = InvalidId;
   std::string Source;         ///< Dynamo source, e.g. "L['x']"
   /// Index into GuardSet::origins(): the Dynamo guard whose create() made
@@ -166,8 +167,9 @@ struct Guard {
   /// second object: DEFAULT_DEVICE's torch.utils._device module dict, or
   /// FAKE_SCRIPT_TYPE_MATCH's FakeScriptObject class
   ObjectId Aux = InvalidId;
-  /// length, the bool of DICT_CONTAINS / SET_CONTAINS, a dual level, a raw
-  /// dispatch key set, or STORAGE_OVERLAPPING's count of overlapping operands
+  /// length, the bool of DICT_CONTAINS / SET_CONTAINS / COW_TENSOR_MATCH, a
+  /// dual level, a raw dispatch key set, or STORAGE_OVERLAPPING's count of
+  /// overlapping operands
   int64_t Int = 0;
   /// RANGE_ITERATOR_MATCH's [start, stop, step]; empty for every other kind
   std::vector<int64_t> Ints;

@@ -197,6 +197,12 @@ PyObject *gj_rt_set_get_item(PyObject *Obj, Py_ssize_t Index); // NEW
 /// and the position is in range (torch reads unchecked, relying on the
 /// TUPLE_ITERATOR_LEN leaf it always installs on the same value first).
 PyObject *gj_rt_tuple_iterator_get_item(PyObject *It, Py_ssize_t Index);
+/// ContextVarGetSource (torch 2.14): `Var.get(Default)`, or `Var.get()`
+/// when `Default` is NULL, as Dynamo's lambda calls it. An exact
+/// contextvars.ContextVar is read with PyContextVar_Get (its own default
+/// applies when `Default` is NULL; no value at all: NULL, the lambda's
+/// LookupError); anything else has its `get` method called (a raise: NULL).
+PyObject *gj_rt_contextvar_get(PyObject *Var, PyObject *Default); // NEW
 void gj_rt_decref(PyObject *Obj);
 /// Releases `Objs[N-1]` .. `Objs[0]` (newest first): the first tier's new
 /// references, kept in a frame array instead of a chain of release blocks.
@@ -299,6 +305,10 @@ int gj_rt_dual_level_match(PyObject *ForwardAD, int64_t Level);
 /// `UnpackId`. 0 without the hook. GIL held; never raises.
 int gj_rt_saved_tensors_hooks(PyObject *GraphModule, int64_t HasIds,
                               int64_t PackId, int64_t UnpackId);
+/// COW_TENSOR_MATCH through TorchHooks::cowTensorMatch (see Guards.def):
+/// `Expected` 1 wants a copy-on-write tensor, 0 one that is not. 0 without
+/// the hook. GIL held; never raises.
+int gj_rt_cow_tensor_match(PyObject *Value, int64_t Expected);
 /// STORAGE_OVERLAPPING through TorchHooks::storageOverlapping; 0 without.
 int gj_rt_storage_overlapping(PyObject *const *Tensors, size_t N,
                               size_t NumOverlapping);

@@ -2,7 +2,7 @@
 //
 // The Runtime layer is plain CPython: it knows nothing of ATen. Guards that
 // read ATen state (TENSOR_MATCH, GLOBAL_STATE, TORCH_FUNCTION_MODE_STACK, the
-// saved-tensors hooks) go
+// saved-tensors hooks, COW_TENSOR_MATCH) go
 // through this table, filled in by the TorchRuntime component (built against
 // the installed torch's headers) when the Python module loads. Tests may
 // install their own table.
@@ -76,6 +76,13 @@ struct TorchHooks {
   /// the lambda would raise. May be null (the guard fails).
   int (*savedTensorsHooks)(PyObject *GraphModule, int HasIds, int64_t PackId,
                            int64_t UnpackId);
+  /// COW_TENSOR_MATCH (Guards.def): 1 iff `Value` (borrowed) is a
+  /// torch.Tensor (isinstance, as THPVariable_Check) without the Python
+  /// dispatch key whose storage's data pointer is copy-on-write exactly when
+  /// `Expected` is 1. May run Python (isinstance reads a non-tensor's
+  /// `__class__`); returns 0 with any error cleared where torch's lambda
+  /// raises. May be null (the guard fails).
+  int (*cowTensorMatch)(PyObject *Value, int Expected);
 };
 
 /// Installs the table (not owned; must outlive every bound guard set).

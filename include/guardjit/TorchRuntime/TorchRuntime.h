@@ -1,7 +1,8 @@
 //===- TorchRuntime.h - TorchHooks implemented against ATen -----*- C++ -*-===//
 //
 // Implements the TorchHooks table (TENSOR_MATCH, GLOBAL_STATE,
-// TORCH_FUNCTION_MODE_STACK, the TLS dispatch key state) with the C++ API of
+// TORCH_FUNCTION_MODE_STACK, the TLS dispatch key state, the saved-tensors
+// hooks and COW_TENSOR_MATCH lambdas, ...) with the C++ API of
 // the torch this component was compiled against (torch 2.13.0), mirroring
 // torch::dynamo::TensorCheck and GlobalStateGuard in
 // torch/csrc/dynamo/guards.cpp.

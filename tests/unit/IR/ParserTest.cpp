@@ -67,6 +67,8 @@ GuardSet makeEverything() {
       V.Key = Dict;                                                            \
     else if (AccessorKind::Enum == AccessorKind::Lambda)                       \
       V.Key = Fn;                                                              \
+    else if (AccessorKind::Enum == AccessorKind::ContextVarGet)                \
+      V.Key = Const;                                                           \
     else if (AccessorKind::Enum == AccessorKind::FrameLocal ||                 \
              AccessorKind::Enum == AccessorKind::DictGetItem ||                \
              AccessorKind::Enum == AccessorKind::GetAttr ||                    \
@@ -200,6 +202,9 @@ GuardSet makeEverything() {
       break;                                                                   \
     case GuardKind::StorageOverlapping:                                        \
       G.Int = 2;                                                               \
+      break;                                                                   \
+    case GuardKind::CowTensorMatch:                                            \
+      G.Int = 1;                                                               \
       break;                                                                   \
     case GuardKind::ShapeExpr:                                                 \
       G.Object = Fn;                                                           \

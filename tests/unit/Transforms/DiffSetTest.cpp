@@ -297,6 +297,16 @@ TEST_F(DiffSetTest, PayloadContradictions) {
     P.B.guard(GuardKind::DictLength, {P.XB}, InvalidId, 1);
     EXPECT_TRUE(contradicts(P));
   }
+  {
+    Pair P; // copy-on-write against not: one storage, one answer
+    P.A.guard(GuardKind::CowTensorMatch, {P.XA}, InvalidId, 1);
+    P.B.guard(GuardKind::CowTensorMatch, {P.XB}, InvalidId, 0);
+    EXPECT_TRUE(contradicts(P));
+    Pair Q; // the same expectation: both pass on one tensor
+    Q.A.guard(GuardKind::CowTensorMatch, {Q.XA}, InvalidId, 1);
+    Q.B.guard(GuardKind::CowTensorMatch, {Q.XB}, InvalidId, 1);
+    EXPECT_FALSE(contradicts(Q));
+  }
   for (GuardKind K : {GuardKind::DictContains, GuardKind::SetContains}) {
     Pair P; // the same key, by value in both tables
     ObjectId KA = K == GuardKind::DictContains ? P.A.str("k") : P.A.object("3", ObjectKind::Constant),
