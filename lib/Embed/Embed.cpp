@@ -60,7 +60,9 @@ bool needsTorch(const GuardSet &S) {
     if (G.Kind == GuardKind::TensorMatch || G.Kind == GuardKind::GlobalState ||
         G.Kind == GuardKind::TorchFunctionModeStack ||
         G.Kind == GuardKind::SavedTensorsHooks ||
-        G.Kind == GuardKind::CowTensorMatch)
+        G.Kind == GuardKind::CowTensorMatch ||
+        G.Kind == GuardKind::StorageOverlapping ||
+        G.Kind == GuardKind::DispatchKeySetMatch)
       return true;
   for (const Value &V : S.values())
     if (V.Kind == AccessorKind::Grad || V.Kind == AccessorKind::TensorSize ||

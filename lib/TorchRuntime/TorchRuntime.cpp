@@ -467,6 +467,27 @@ void *prepareModeStack(const Guard &G, PyObject *const *Objects,
   return P;
 }
 
+/// THPVariable_Check as torch's accessors call it (isinstance(obj,
+/// torch.Tensor), subclasses and `__class__` overrides honoured), without its
+/// two ways out of a guard: an error from isinstance (a raising `__class__`)
+/// is a C++ python_error that torch lets escape, and an object that only
+/// claims to be a tensor is unpacked as one (torch segfaults). Both are a
+/// failed read here, the error cleared.
+static bool isTensorObject(PyObject *Value) {
+  if (THPVariable_CheckExact(Value))
+    return true;
+  if (!THPVariableClass)
+    return false;
+  int IsInstance = PyObject_IsInstance(Value, THPVariableClass);
+  if (IsInstance < 0) {
+    PyErr_Clear();
+    return false;
+  }
+  return IsInstance > 0 &&
+         PyObject_TypeCheck(Value,
+                            reinterpret_cast<PyTypeObject *>(THPVariableClass));
+}
+
 //===----------------------------------------------------------------------===//
 // GradGuardAccessor
 //===----------------------------------------------------------------------===//
@@ -478,7 +499,7 @@ void *prepareModeStack(const Guard &G, PyObject *const *Objects,
 /// warns (TORCH_WARN) for a non-leaf that does not retain its grad, exactly
 /// as the torch call does.
 PyObject *tensorGrad(PyObject *Value) {
-  if (!THPVariable_CheckExact(Value) && !THPVariable_Check(Value))
+  if (!isTensorObject(Value))
     return nullptr;
   try {
     PyObject *G = THPVariable_Wrap(THPVariable_Unpack(Value).grad());
@@ -543,7 +564,7 @@ int storageOverlapping(PyObject *const *Objects, size_t N,
     for (size_t I = 0; I < N; ++I) {
       // StorageOverlapChecker::add TORCH_CHECKs a tensor (torch raises out of
       // the check); a failed check here.
-      if (!THPVariable_CheckExact(Objects[I]) && !THPVariable_Check(Objects[I]))
+      if (!isTensorObject(Objects[I]))
         return 0;
       Tensors.push_back(THPVariable_Unpack(Objects[I]));
     }
@@ -614,7 +635,7 @@ void release(const Guard &G, void *Payload) {
 /// and a concrete value (`maybe_as_int()`; a symbolic one fails).
 int tensorProperty(PyObject *Value, int Property, int64_t Index,
                    int64_t *Out) {
-  if (!THPVariable_Check(Value))
+  if (!isTensorObject(Value))
     return 0;
   try {
     const at::Tensor &T = THPVariable_Unpack(Value);
@@ -709,16 +730,7 @@ int savedTensorsHooks(PyObject *GraphModule, int HasIds, int64_t PackId,
 /// sparse tensor, data_ptr() of a fake one) is the lambda's RuntimeError:
 /// the guard fails.
 int cowTensorMatch(PyObject *Value, int Expected) {
-  if (!THPVariableClass)
-    return 0;
-  int IsTensor = THPVariable_CheckExact(Value)
-                     ? 1
-                     : PyObject_IsInstance(Value, THPVariableClass);
-  if (IsTensor < 0)
-    PyErr_Clear();
-  if (IsTensor <= 0 ||
-      !PyObject_TypeCheck(Value,
-                          reinterpret_cast<PyTypeObject *>(THPVariableClass)))
+  if (!isTensorObject(Value))
     return 0;
   try {
     const at::Tensor &T = THPVariable_Unpack(Value);
