@@ -27,6 +27,9 @@ _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 # The id argument of Dynamo's ID_MATCH / TYPE_MATCH code parts
 # (torch/_dynamo/guards.py: `___check_obj_id(<source>, <id>)`).
 _CHECK_ID = re.compile(r"(___check_(?:obj|type)_id\(.*?, )\d+\)")
+# The globals Dynamo installs by object id (OutputGraph.install_global_by_id:
+# `{prefix}_{id(value)}_c{compile_id}`), e.g. G['_139730387299568_c0'].
+_GLOBAL_BY_ID = re.compile(r"_\d{6,}(_c\d+)")
 # Any absolute path into an installed-packages directory.
 _SITE = re.compile(r"(?:/[^/\s\"'<>:,]+)+/(?:site|dist)-packages/")
 
@@ -58,9 +61,11 @@ def _torch_short_package_dir() -> str:
 def normalize(text: str) -> str:
     """``text`` with addresses, object ids and install paths replaced:
     ``<guardjit>/`` (this package, installed or in a checkout),
-    ``<site-packages>/``, ``<stdlib>/``, ``, <id>)``; addresses are dropped."""
+    ``<site-packages>/``, ``<stdlib>/``, ``, <id>)``, ``_<id>_c0``; addresses
+    are dropped."""
     text = _ADDRESS.sub("", text)
     text = _CHECK_ID.sub(r"\1<id>)", text)
+    text = _GLOBAL_BY_ID.sub(r"_<id>\1", text)
     guardjit_dir, stdlib = _directories()
     text = text.replace(guardjit_dir + "/", "<guardjit>/")
     short = _torch_short_package_dir()

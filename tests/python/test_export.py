@@ -41,3 +41,14 @@ def test_bad_factory_is_a_clear_error(tmp_path):
                         "--out", str(tmp_path)], capture_output=True, text=True)
     assert r.returncode == 1
     assert "guardjit export: error:" in r.stderr
+
+
+def test_stable_text_drops_what_changes_between_processes():
+    from guardjit import stable_text
+
+    text = ("G['_139730387299568_c0'].Tensor ___check_obj_id(L['x'], 1407223) "
+            "<function f at 0x7f8087d31b60>")
+    assert stable_text.normalize(text) == (
+        "G['_<id>_c0'].Tensor ___check_obj_id(L['x'], <id>) <function f>")
+    # Not an id: short numbers and other suffixes stay.
+    assert stable_text.normalize("G['_12_c0'] x_1234567_d1") == "G['_12_c0'] x_1234567_d1"

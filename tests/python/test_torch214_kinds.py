@@ -480,3 +480,30 @@ def test_a_patched_cow_helper_fails_the_proof(monkeypatch):
     assert lambdas.cow_tensor_match(fn) is not None
     monkeypatch.setattr(dynamo_guards, "_try_is_cow_tensor", lambda value: True)
     assert lambdas.cow_tensor_match(fn) is None
+
+
+# --- tensor reads of objects that are not tensors (both releases) -------------------
+
+@pytest.mark.parametrize("accessor", ["grad", "tensor_size", "tensor_stride",
+                                      "tensor_storage_offset"])
+def test_tensor_reads_of_hostile_objects_fail_the_read(accessor):
+    """A raising `__class__` made torch's THPVariable_Check throw a C++
+    python_error out of guardjit's helper (the process aborted), and an object
+    claiming to be a tensor was unpacked as one: both are a failed read, with
+    no error left set, in the interpreter and at every level."""
+    ir = _core.GuardSet("reads")
+    key = ir.add_object("key", "x", True, "'x'")
+    x = ir.add_value("frame_local", 0, "L['x']", "x", 0, key)
+    v = ir.add_value(accessor, x, "L['x'].read", "read", 0, -1)
+    ir.add_guard("not_none" if accessor == "grad" else "type_match", [v],
+                 **({} if accessor == "grad"
+                    else {"object": ir.add_object("type", int, False, "int")}))
+    bound = _core.bind(ir)
+    natives = [_core.make_guard(bound, _core.compile(bound, lvl)) for lvl in LEVELS]
+    t = torch.ones(2, 3)
+    t.grad = torch.zeros(2, 3)
+    assert bound.interpret({"x": t}) is True
+    for value in (RaisingClass(), ClaimsTensor(), NotATensor(), 3):
+        f_locals = {"x": value}
+        got = [bound.interpret(f_locals)] + [n(f_locals) for n in natives]
+        assert got == [False] * len(got), (type(value).__name__, got)
