@@ -211,8 +211,16 @@ def _fingerprints(torch, guards) -> dict[str, dict]:
             reviewed["torch.nn.Module.__getattr__"] = pyattr.MODULE_GETATTR
         for n, h in getattr(pyattr, "MODULELIST_FUNCTIONS", {}).items():
             reviewed[f"torch.nn.ModuleList.{n}"] = h
-    hooks = guards.GuardBuilder.AUTOGRAD_SAVED_TENSORS_HOOKS
-    nested = {c.co_name: c for c in hooks.__code__.co_consts if isinstance(c, types.CodeType)}
+    def nested_of(fn) -> dict:
+        code = getattr(fn, "__code__", None)
+        consts = code.co_consts if code is not None else ()
+        return {c.co_name: c for c in consts if isinstance(c, types.CodeType)}
+
+    nested = nested_of(guards.GuardBuilder.AUTOGRAD_SAVED_TENSORS_HOOKS)
+    cow = nested_of(getattr(guards.GuardBuilder, "COW_TENSOR_MATCH", None))
+    source_lambdas = [c for c in guards.GuardBuilder.get_guard_manager_from_source.__code__.co_consts
+                      if isinstance(c, types.CodeType) and c.co_name == "<lambda>"
+                      and c.co_names == ("get",)]
     targets = [
         ("torch.nn.Module.__getattr__", "pyattr.py", torch.nn.Module.__dict__.get("__getattr__")),
         *((f"torch.nn.ModuleList.{n}", "pyattr.py", torch.nn.ModuleList.__dict__.get(n))
@@ -224,6 +232,16 @@ def _fingerprints(torch, guards) -> dict[str, dict]:
          getattr(aot_utils, "top_saved_tensors_hooks", None)),
         ("torch._functorch._aot_autograd.utils.saved_tensors_hooks_are_inlineable", "lambdas.py",
          getattr(aot_utils, "saved_tensors_hooks_are_inlineable", None)),
+        # torch 2.14.1's templates lambdas.cow_tensor_match / contextvar_get prove.
+        ("GuardBuilder.COW_TENSOR_MATCH.<locals>.guard_fn", "lambdas.py", cow.get("guard_fn")),
+        ("torch._dynamo.guards._cow_tensor_matches", "lambdas.py",
+         getattr(guards, "_cow_tensor_matches", None)),
+        ("torch._dynamo.guards._try_is_cow_tensor", "lambdas.py",
+         getattr(guards, "_try_is_cow_tensor", None)),
+        # ContextVarGetSource: `lambda x, d=default_val: x.get(d)`, `lambda x: x.get()`
+        *((f"GuardBuilder.get_guard_manager_from_source.<locals>.<lambda: x.get> #{i}",
+           "lambdas.py", source_lambdas[i] if i < len(source_lambdas) else None)
+          for i in range(2)),
     ]
     out = {}
     for name, user, obj in targets:
