@@ -46,6 +46,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import inspect
 import types
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -218,7 +219,9 @@ def _fingerprints(torch, guards) -> dict[str, dict]:
 
     nested = nested_of(guards.GuardBuilder.AUTOGRAD_SAVED_TENSORS_HOOKS)
     cow = nested_of(getattr(guards.GuardBuilder, "COW_TENSOR_MATCH", None))
-    source_lambdas = [c for c in guards.GuardBuilder.get_guard_manager_from_source.__code__.co_consts
+    # unwrap: guardjit's recorder wraps this method when GUARDJIT=1 is set
+    source_fn = inspect.unwrap(guards.GuardBuilder.get_guard_manager_from_source)
+    source_lambdas = [c for c in source_fn.__code__.co_consts
                       if isinstance(c, types.CodeType) and c.co_name == "<lambda>"
                       and c.co_names == ("get",)]
     targets = [
