@@ -40,13 +40,13 @@ import ast
 import difflib
 import hashlib
 import importlib.util
+import inspect
 import json
 import os
 import re
 import subprocess
 import sys
 import textwrap
-import inspect
 import types
 import warnings
 from concurrent.futures import ThreadPoolExecutor
