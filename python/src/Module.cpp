@@ -349,10 +349,13 @@ PYBIND11_MODULE(_core, M) {
           [](const GuardSet &S) {
             py::dict D;
             auto Counts = S.countByKind();
+            // Summed: two kinds can mirror one torch guard (LENGTH_CHECK of
+            // each release).
             for (size_t I = 0; I < Counts.size(); ++I)
-              if (Counts[I])
-                D[py::str(std::string(torchName(static_cast<GuardKind>(I))))] =
-                    Counts[I];
+              if (Counts[I]) {
+                py::str Name(std::string(torchName(static_cast<GuardKind>(I))));
+                D[Name] = py::cast<size_t>(D.attr("get")(Name, 0)) + Counts[I];
+              }
             return D;
           },
           "Guards per Dynamo guard kind, e.g. {'TENSOR_MATCH': 9}.")
@@ -779,9 +782,11 @@ PYBIND11_MODULE(_core, M) {
         for (const PassRunStats &R : Runs) {
           py::dict Removed;
           for (size_t K = 0; K < R.GuardsRemoved.size(); ++K)
-            if (R.GuardsRemoved[K])
-              Removed[py::str(std::string(
-                  torchName(static_cast<GuardKind>(K))))] = R.GuardsRemoved[K];
+            if (R.GuardsRemoved[K]) {
+              py::str Name(std::string(torchName(static_cast<GuardKind>(K))));
+              Removed[Name] = py::cast<size_t>(Removed.attr("get")(Name, 0)) +
+                              R.GuardsRemoved[K];
+            }
           py::dict D;
           D["name"] = R.Pass;
           D["guards_removed"] = Removed;

@@ -129,7 +129,9 @@ TEST(GuardSetTest, GuardKindSpellingsRoundTrip) {
     ASSERT_TRUE(K.has_value()) << Spelling;                                    \
     EXPECT_EQ(*K, GuardKind::Enum);                                            \
     EXPECT_TRUE(Spellings.insert(Spelling).second) << "duplicate " Spelling;   \
-    EXPECT_TRUE(TorchNames.insert(TorchName).second) << "dup " TorchName;      \
+    /* One torch guard, two releases' semantics: LENGTH_CHECK. */            \
+    if (GuardKind::Enum != GuardKind::LengthCheckSetSize)                      \
+      EXPECT_TRUE(TorchNames.insert(TorchName).second) << "dup " TorchName;    \
   }
 #include "guardjit/IR/Guards.def"
   EXPECT_FALSE(parseGuardKind("TYPE_MATCH").has_value());
