@@ -106,5 +106,9 @@ def test_diff_with_another_release():
         .startswith("f'___set_getitem(")
     assert "___set_getitem" in r["closure-vars"]["added"]
     assert list(r["headers"].get("code_changed", {})) == ["compiled_autograd.h"]
-    assert not any(e["bytecode_changed"] for e in r["fingerprints"].values())
+    # torch 2.14.1's COW and ContextVar.get templates are new; the rest is
+    # the same bytecode.
+    new_templates = {k for k, e in r["fingerprints"].items() if e.get("missing_in") == ["old"]}
+    assert len(new_templates) == 5, new_templates
+    assert not any(e.get("bytecode_changed") for e in r["fingerprints"].values())
     assert all(e["reviewed_in_new"] for e in r["fingerprints"].values() if "reviewed_in_new" in e)
