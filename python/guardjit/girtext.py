@@ -117,7 +117,9 @@ _BUILTINS = re.compile(r"__builtins_dict___\d+")
 # Globals Dynamo installs by object (OutputGraph.install_global_by_id) are
 # named `{prefix}_{id(value)}_c{compile_id}`: the same object gets another
 # name in another torch.compile.
-_BY_ID = re.compile(r"(_\d+)_c\d+\b")
+# install_global_by_id names: `_<id>_c<compile id>`, with the id as a number
+# or, in reprs stable_text has normalized, as `<id>`.
+_BY_ID = re.compile(r"(_(?:\d+|<id>))_c\d+\b")
 
 
 def guard_view(text: str) -> tuple[dict[str, str], collections.Counter]:
