@@ -23,21 +23,7 @@ from torch._dynamo.testing import CompileCounter
 
 import guardjit
 from guardjit import plugin
-
-
-def _agree(units, variants):
-    """Dynamo, native root, native callable and interpreter on each variant."""
-    answers = []
-    for u in units:
-        for label, change in variants:
-            f_locals = dict(u.f_locals)
-            f_locals.update(change(f_locals) if callable(change) else change)
-            expected = u.dynamo_root.check(f_locals)
-            got = (u.native_root.check(f_locals), u.check(f_locals),
-                   u.bound.interpret(f_locals))
-            assert got == (expected,) * 3, f"{label}: dynamo={expected} got={got}"
-            answers.append(expected)
-    return answers
+from unit_agreement import agree
 
 
 def _native_units(fn, args, kind, backend="eager", **kw):
@@ -78,7 +64,7 @@ def test_tuple_iterator():
             next(it)
         return it
 
-    answers = _agree(units, [
+    answers = agree(units, [
         ("same", {"it": iter((1, 2, 3))}),
         ("other items", {"it": iter((1, 2, 4))}),
         ("shorter", {"it": iter((1, 2))}),
@@ -98,7 +84,7 @@ def test_range_iterator():
     _, units = _native_units(iterate, (torch.ones(2), iter(range(3))), "range_iterator_match")
     it = iter(range(-1, 3))
     next(it)
-    answers = _agree(units, [
+    answers = agree(units, [
         ("same", {"it": iter(range(3))}),
         ("same normalised", {"it": iter(range(0, 3, 1))}),
         ("advanced", {"it": it}),
@@ -119,7 +105,7 @@ def contains(x, s):
 
 def test_set_contains():
     _, units = _native_units(contains, (torch.ones(2), {1, 2, 3}), "set_contains")
-    answers = _agree(units, [
+    answers = agree(units, [
         ("same", {"s": {1, 2, 3}}),
         ("other members", {"s": {3, 7}}),
         ("frozenset", {"s": frozenset({3})}),
@@ -141,7 +127,7 @@ def sum_attrs(x, s):
 def test_set_get_item():
     a, b = Obj(1.0), Obj(2.0)
     _, units = _native_units(sum_attrs, (torch.ones(2), {a, b}), "set_get_item")
-    answers = _agree(units, [
+    answers = agree(units, [
         ("same", {"s": {a, b}}),
         ("changed attribute", lambda fl: (setattr(a, "v", 5.0), {"s": {a, b}})[1]),
         ("other objects", {"s": {Obj(1.0), Obj(2.0)}}),
@@ -163,7 +149,7 @@ def over_mapping(x, mp):
 def test_mapping_keys():
     mp = types.MappingProxyType({"a": 1, "b": 2})
     _, units = _native_units(over_mapping, (torch.ones(2), mp), "mapping_keys_match")
-    answers = _agree(units, [
+    answers = agree(units, [
         ("same", {"mp": types.MappingProxyType({"a": 1, "b": 2})}),
         ("order", {"mp": types.MappingProxyType({"b": 2, "a": 1})}),
         ("extra", {"mp": types.MappingProxyType({"a": 1, "b": 2, "c": 3})}),
@@ -183,7 +169,7 @@ def keyed(x, ks):
 def test_dispatch_key_set():
     ks = torch._C._dispatch_keys(torch.ones(2))
     _, units = _native_units(keyed, (torch.ones(2), ks), "dispatch_key_set_match")
-    answers = _agree(units, [
+    answers = agree(units, [
         ("same", {"ks": torch._C._dispatch_keys(torch.ones(2))}),
         ("requires grad", {"ks": torch._C._dispatch_keys(torch.ones(2, requires_grad=True))}),
         ("meta", {"ks": torch._C._dispatch_keys(torch.ones(2, device="meta"))}),
@@ -209,9 +195,9 @@ def forward_ad(x, t):
 
 def test_dual_level():
     _, units = _native_units(forward_ad, (torch.ones(2), torch.ones(2)), "dual_level_match")
-    answers = _agree(units, [("same", {})])
+    answers = agree(units, [("same", {})])
     with fwAD.dual_level():  # the ambient level is now 0, not -1
-        answers += _agree(units, [("inside a dual level", {})])
+        answers += agree(units, [("inside a dual level", {})])
     assert answers == [True, False]
 
 
@@ -225,7 +211,7 @@ def test_object_aliasing():
     t = torch.ones(2)
     with torch._dynamo.config.patch(use_lamba_guard_for_object_aliasing=False):
         _, units = _native_units(add, (t, t), "object_aliasing")
-    answers = _agree(units, [
+    answers = agree(units, [
         ("same object", {"x": t, "y": t}),
         ("other same object", lambda fl: (lambda u: {"x": u, "y": u})(torch.ones(2))),
         ("distinct", {"x": torch.ones(2), "y": torch.ones(2)}),
@@ -245,7 +231,7 @@ def test_storage_overlapping():
     _, units = _native_units(mutate_aliased, (base[0:4], base[2:6]), "storage_overlapping",
                              backend="aot_eager", dynamic=True)
     other = torch.zeros(10)
-    answers = _agree(units, [
+    answers = agree(units, [
         ("same overlap", {"a": base[0:4], "b": base[2:6]}),
         ("other overlap", {"a": other[1:5], "b": other[3:7]}),
         ("disjoint views", {"a": base[0:4], "b": base[5:9]}),
@@ -279,14 +265,14 @@ def test_grad_accessor():
     grad_units = [u for u in units if u.status == "native" and " = grad " in u.ir.print()]
     assert grad_units, "no unit read .grad"
     with torch.no_grad():  # Optimizer.step compiles under no_grad (GLOBAL_STATE)
-        answers = _agree(grad_units, [("same", {})])
+        answers = agree(grad_units, [("same", {})])
         model.bias.grad = torch.ones(2)
-        answers += _agree(grad_units, [("bias got a grad", {})])
+        answers += agree(grad_units, [("bias got a grad", {})])
         model.bias.grad = None
         model.weight.grad = None
-        answers += _agree(grad_units, [("weight lost its grad", {})])
+        answers += agree(grad_units, [("weight lost its grad", {})])
         model.weight.grad = torch.ones(2, 2)
-        answers += _agree(grad_units, [("weight grad back", {})])
+        answers += agree(grad_units, [("weight grad back", {})])
     assert answers[0] is True and answers[-1] is True and False in answers
 
 

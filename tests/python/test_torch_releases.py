@@ -26,24 +26,10 @@ from torch._dynamo.testing import CompileCounter
 
 import guardjit
 from guardjit import _compat, plugin
+from unit_agreement import agree
 
 AT_2_14 = _compat.at_least("2.14.1")
 only_2_14 = pytest.mark.skipif(not AT_2_14, reason="torch 2.14.1 behaviour")
-
-
-def _agree(units, variants):
-    """Dynamo, native root, native callable and interpreter on each variant."""
-    answers = []
-    for u in units:
-        for label, change in variants:
-            f_locals = dict(u.f_locals)
-            f_locals.update(change(f_locals) if callable(change) else change)
-            expected = u.dynamo_root.check(f_locals)
-            got = (u.native_root.check(f_locals), u.check(f_locals),
-                   u.bound.interpret(f_locals))
-            assert got == (expected,) * 3, f"{label}: dynamo={expected} got={got}"
-            answers.append(expected)
-    return answers
 
 
 def _native(units):
@@ -90,7 +76,7 @@ def test_object_aliasing_both_forms(use_lambda):
         # Either form becomes native object_aliasing guards (the lambda's
         # code parts through guardjit/aliasing.py).
         assert "object_aliasing" in units[0].ir.print()
-        answers = _agree(units, [("same", {}), ("distinct", {"b": other}),
+        answers = agree(units, [("same", {}), ("distinct", {"b": other}),
                                  ("swapped", lambda fl: {"a": other, "b": other})])
         assert True in answers and False in answers
         assert guardjit.stats()["guards_python"] == python_before
@@ -116,9 +102,9 @@ def test_tensor_match_under_an_excluded_dispatch_key():
     with torch._C._ExcludeDispatchKeyGuard(_AUTOGRAD_CPU):
         compiled(x)
     units = _native(plugin.units())
-    answers = _agree(units, [("same", {})])
+    answers = agree(units, [("same", {})])
     with torch._C._ExcludeDispatchKeyGuard(_AUTOGRAD_CPU):
-        answers += _agree(units, [("under the exclusion", {})])
+        answers += agree(units, [("under the exclusion", {})])
     assert True in answers and False in answers
 
     def run(calls):
@@ -196,9 +182,9 @@ def test_loaded_root_with_a_saved_local_state_agrees_with_dynamo():
     finally:
         dynamo_guards.CheckFunctionManager.__init__ = original
     units = _native(plugin.units())
-    answers = _agree(units, [("outside", {})])
+    answers = agree(units, [("outside", {})])
     with torch._C._ExcludeDispatchKeyGuard(_AUTOGRAD_CPU):
-        answers += _agree(units, [("inside", {})])
+        answers += agree(units, [("inside", {})])
     assert answers == [False, True]
 
 
@@ -222,7 +208,7 @@ def test_set_length():
         compiled(x, s)
         units = _native(plugin.units())
         kind = type(s)
-        answers = _agree(units, [
+        answers = agree(units, [
             ("same", {}),
             ("grown", {"s": kind(set(s) | {7})}),
             ("shrunk", {"s": kind(list(s)[:1])}),
@@ -254,7 +240,7 @@ def test_pytree_supported_nodes_guard_saved_and_not():
             for u in units:
                 if u.status != "native":
                     continue
-                answers = _agree([u], [("same", {}),
+                answers = agree([u], [("same", {}),
                                        ("other x", {"x": torch.ones(2, dtype=torch.float64)})])
                 assert True in answers
             torch._dynamo.reset()
