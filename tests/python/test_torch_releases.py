@@ -253,3 +253,29 @@ def test_pytree_supported_nodes_guard_saved_and_not():
             torch._dynamo.reset()
             plugin.clear_units()
             _same_as_plain_torch(_tree, [(x, d), (torch.ones(2, dtype=torch.float64), d), (x, d)])
+
+
+def test_set_length_entries_under_the_stance_route_as_plain_torch():
+    """Two cache entries told apart only by a set's length (LENGTH_CHECK:
+    `length_check_set_size` on 2.14.1), served under skip_guard_eval_unsafe
+    from guardjit's differentiating roots: the same entries, results and
+    frame counts as plain torch."""
+    x = torch.ones(2)
+
+    def run(compile_fn):
+        torch._dynamo.reset()
+        plugin.clear_units()
+        cnt = CompileCounter()
+        f = compile_fn(cnt)
+        small, large = LyingSet({1, 2}), LyingSet({1, 2, 3})
+        out = [f(x, small), f(x, large)]
+        with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
+            out += [f(x, small), f(x, large), f(x, small)]
+        return cnt.frame_count, [t.tolist() for t in out]
+
+    plain = run(lambda c: torch.compile(_set_size, backend=c))
+    gj = run(lambda c: guardjit.compile(_set_size, backend=c))
+    # 2.13.0 guards the subclass's own __len__ (99 for both sets): one entry,
+    # and the second set is served the first's graph, by plain torch too.
+    assert plain[0] == (2 if AT_2_14 else 1)
+    assert gj == plain
