@@ -370,3 +370,22 @@ void guardjit::printPassNames(raw_ostream &OS) {
     OS << "  " << left_justify(I.Name, 42) << " " << I.Description << " ("
        << I.Expansion << ")\n";
 }
+
+bool guardjit::RegisteredPass::isTorchFilter() const {
+  return EntryKind != Kind::Pipeline && StringRef(Name).ends_with("_unsafe");
+}
+
+std::vector<RegisteredPass> guardjit::registeredPasses() {
+  std::vector<RegisteredPass> Out;
+  for (const PassInfo &I : Registry)
+    Out.push_back({I.Params.empty() ? RegisteredPass::Kind::Pass
+                                    : RegisteredPass::Kind::PassWithParams,
+                   I.Name.str(), I.Params.str(), I.Description.str()});
+  for (const MultiSetPassInfo &I : MultiSetRegistry)
+    Out.push_back({RegisteredPass::Kind::MultiSetPass, I.Name.str(),
+                   I.Params.str(), I.Description.str()});
+  for (const PipelineInfo &I : Pipelines)
+    Out.push_back({RegisteredPass::Kind::Pipeline, I.Name.str(),
+                   I.Expansion.str(), I.Description.str()});
+  return Out;
+}

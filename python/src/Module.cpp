@@ -813,6 +813,29 @@ PYBIND11_MODULE(_core, M) {
       "column at fault.");
 
   M.def(
+      "registered_passes",
+      [] {
+        py::list Out;
+        for (const RegisteredPass &P : registeredPasses()) {
+          static const char *const Kinds[] = {"pass", "pass_with_params",
+                                              "multiset_pass", "pipeline"};
+          py::dict D;
+          D["name"] = P.Name;
+          D["kind"] = Kinds[static_cast<int>(P.EntryKind)];
+          D["params"] = P.Params;
+          D["description"] = P.Description;
+          D["torch_filter"] = P.isTorchFilter();
+          Out.append(D);
+        }
+        return Out;
+      },
+      "Every entry of Passes.def in its order, as guard-ir-opt "
+      "--print-passes lists them: [{'name', 'kind' ('pass', "
+      "'pass_with_params', 'multiset_pass', 'pipeline'), 'params' (a "
+      "pipeline's expansion), 'description', 'torch_filter' (one of torch's "
+      "guard_filter_fn filters, named as in torch.compiler)}].");
+
+  M.def(
       "diffsets",
       [](const std::vector<std::shared_ptr<GuardSet>> &Sets,
          const std::string &Policy) {

@@ -102,3 +102,20 @@ def test_jit_agrees_with_interpreter_and_dynamo_after_every_pass(model):
     assert not bad
     # Not vacuous: the scenarios must make the check both pass and fail.
     assert True in answers and False in answers
+
+
+def test_registered_passes_name_torch_filters_as_torch_does():
+    """``_core.registered_passes()`` is Passes.def: its torch filters are
+    exactly the ``*_unsafe`` guard filters ``torch.compiler`` exports."""
+    entries = _core.registered_passes()
+    names = [e["name"] for e in entries]
+    assert len(names) == len(set(names))
+    assert set(STRUCTURAL) <= set(names)
+    filters = {e["name"] for e in entries if e["torch_filter"]}
+    exported = {n for n in dir(torch.compiler)
+                if n.endswith("_unsafe") and n.startswith(("skip_", "keep_"))
+                and n != "skip_guard_eval_unsafe"}
+    assert filters == exported
+    (default,) = [e for e in entries if e["name"] == "default"]
+    assert default["kind"] == "pipeline"
+    assert default["params"].split(",") == list(STRUCTURAL)

@@ -118,6 +118,20 @@ private:
 /// Writes every pass and named pipeline with its description, one a line.
 void printPassNames(llvm::raw_ostream &OS);
 
+/// One entry of Passes.def, as --print-passes lists it.
+struct RegisteredPass {
+  enum class Kind { Pass, PassWithParams, MultiSetPass, Pipeline };
+  Kind EntryKind;
+  std::string Name;
+  std::string Params;      ///< ';'- or '|'-separated; expansion of a pipeline
+  std::string Description;
+  /// A torch guard filter (name ends in `_unsafe`): drops guards by design.
+  bool isTorchFilter() const;
+};
+
+/// Every pass, multi-set pass and named pipeline of Passes.def, in its order.
+std::vector<RegisteredPass> registeredPasses();
+
 } // namespace guardjit
 
 #endif // GUARDJIT_TRANSFORMS_PASSPIPELINE_H
