@@ -1,7 +1,7 @@
 """Profile of subtree skipping: validation alone vs the residual check alone (docs/performance.md, issue 14).
 
 Usage: python scripts/skip_profile.py stack-8 stack-64 ...  (bench corpus names)
-Writes docs/results/issue14-skip-profile.json.
+Writes docs/results/skip-profile.json.
 """
 import json, sys, time, statistics
 import torch, guardjit
@@ -32,4 +32,4 @@ for name in sys.argv[1:]:
                  "residual_ns": statistics.median(p["residual_ns"] for p in prof),
                  "residual_kinds": R.count_by_kind()}
     print(name, json.dumps(out[name]), flush=True)
-json.dump(out, open("/work/main/docs/results/issue14-skip-profile.json", "w"), indent=1)
+json.dump(out, open("/work/main/docs/results/skip-profile.json", "w"), indent=1)
