@@ -131,12 +131,9 @@ std::vector<uint32_t> readPaths(const GuardSet &S,
 extern "C" {
 // Accessors. Borrowed results unless marked NEW.
 PyObject *gj_rt_dict_get_item(PyObject *Dict, PyObject *Key);
-/// gj_rt_dict_get_item through `Cache`: returns the memo on a hit, otherwise
-/// probes and refills the slot when the probe was pure (see DictReadCache).
-PyObject *gj_rt_dict_get_item_cached(PyObject *Dict, PyObject *Key,
-                                     guardjit::DictReadCache *Cache);
-/// The miss path of gj_rt_dict_get_item_cached (native code tests the hit
-/// inline): probes and refills the slot.
+/// The miss path of a memoized gj_rt_dict_get_item (native code tests the
+/// hit inline): probes and refills `Cache` when the probe was pure (see
+/// DictReadCache).
 PyObject *gj_rt_dict_get_item_fill(PyObject *Dict, PyObject *Key,
                                    guardjit::DictReadCache *Cache);
 PyObject *gj_rt_generic_dict(PyObject *Obj);
@@ -161,12 +158,6 @@ PyObject *gj_rt_dict_key_fill(PyObject *Dict, Py_ssize_t Index,
                               guardjit::DictReadCache *Cache);
 PyObject *gj_rt_dict_value_fill(PyObject *Dict, Py_ssize_t Index,
                                 guardjit::DictReadCache *Cache);
-/// The memoized DictKey / DictValue reads whole: the hit test of
-/// gj_rt_dict_get_item_cached, else the fill helper.
-PyObject *gj_rt_dict_key_cached(PyObject *Dict, Py_ssize_t Index,
-                                guardjit::DictReadCache *Cache);
-PyObject *gj_rt_dict_value_cached(PyObject *Dict, Py_ssize_t Index,
-                                  guardjit::DictReadCache *Cache);
 /// GetAttrGuardAccessor whole, as the inline lowering reads it: on an exact
 /// module with a __dict__ the memo hit (the value INCREF'd) or
 /// gj_rt_module_getattr_fill; on anything else gj_rt_getattr. A new
@@ -220,12 +211,9 @@ int gj_rt_dict_contains(PyObject *Dict, PyObject *Key, int Expected);
 /// (the miss path; native code tests the hit inline).
 int gj_rt_dict_contains_fill(PyObject *Dict, PyObject *Key, int Expected,
                              guardjit::DictReadCache *Cache);
-/// DICT_CONTAINS whole: a pass on a memo hit, else
-/// gj_rt_dict_contains_fill.
-int gj_rt_dict_contains_cached(PyObject *Dict, PyObject *Key, int Expected,
-                               guardjit::DictReadCache *Cache);
 /// The first tier's memoized reads through a ReadDescriptor (key, index
-/// and expected answer in it): the *_cached helper's answer, then the fused
+/// and expected answer in it): the memo hit or the *_fill helper's answer
+/// (gj_rt_getattr_cached's for the getattr read), then the fused
 /// guards' checks (NULL or 0 when one fails; the getattr read releases its
 /// new reference then).
 PyObject *gj_rt_dict_get_item_desc(PyObject *Dict,
