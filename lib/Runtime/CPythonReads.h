@@ -13,7 +13,7 @@
 #define GUARDJIT_LIB_RUNTIME_CPYTHONREADS_H
 
 #include "guardjit/Runtime/CPythonABI.h"
-#include "guardjit/Runtime/RuntimeHelpers.h"
+#include "guardjit/Runtime/ReadPlans.h"
 
 // PyDictKeysObject::dk_kind (is every key an exact str?) is only in the
 // internal header; the layout is CPython 3.11's, pinned by Python.h.
@@ -84,7 +84,7 @@ inline bool strKeys(PyObject *Dict) {
 }
 
 /// Whether a probe of exact dict `Dict` for an exact-str key was pure and
-/// left the dict at version `Tag` (see DictReadCache in RuntimeHelpers.h).
+/// left the dict at version `Tag` (see DictReadCache in ReadPlans.h).
 inline bool pureStrProbe(PyObject *Dict, uint64_t Tag) {
   return dictTag(Dict) == Tag && strKeys(Dict);
 }

@@ -1,6 +1,6 @@
 //===- DictReads.cpp - Memoized dict and module reads ---------------------===//
 //
-// The reads that go through a DictReadCache slot (RuntimeHelpers.h): dict
+// The reads that go through a DictReadCache slot (ReadPlans.h): dict
 // items by key (FrameLocal, DictGetItem) and by insertion index (DictKey,
 // DictValue), an exact module's attributes, DICT_CONTAINS. Each *_fill
 // helper is the miss path that native code calls after its inline hit test
@@ -27,7 +27,7 @@ extern "C" PyObject *gj_rt_dict_get_item_fill(PyObject *Dict, PyObject *Key,
     return PyDict_GetItem(Dict, Key);
   uint64_t Tag = dictTag(Dict);
   PyObject *X = PyDict_GetItem(Dict, Key);
-  // Fill only after a pure probe (RuntimeHelpers.h). An unchanged tag means
+  // Fill only after a pure probe (ReadPlans.h). An unchanged tag means
   // nothing mutated the dict during the probe, so its keys had the kind we
   // test now throughout, and with all-str keys and a str key the probe ran
   // no user code: (Dict, Tag) -> X holds for as long as the tag does.

@@ -16,7 +16,7 @@
 #define GUARDJIT_LIB_RUNTIME_DIMENSIONMARKING_H
 
 #include "guardjit/Runtime/Python.h"
-#include "guardjit/Runtime/RuntimeHelpers.h"
+#include "guardjit/Runtime/ReadPlans.h"
 
 #include <string>
 #include <vector>

@@ -1,7 +1,7 @@
 //===- ReadPlans.cpp - The first tier's descriptor reads and read paths --===//
 //
 // The first tier (LoweringOptions::CallMemo) reads memoized and fused values
-// through a ReadDescriptor per read (RuntimeHelpers.h). Two IR analyses that
+// through a ReadDescriptor per read (ReadPlans.h). Two IR analyses that
 // mirror the lowering's schedule say which guards are checked inside a read
 // (fusedReadGuards) and which reads run as one step of a table
 // (readPaths); bind and the lowering, in any process, agree on both. The
@@ -9,6 +9,8 @@
 // gj_rt_dict_contains_run a table of them.
 //
 //===----------------------------------------------------------------------===//
+#include "guardjit/Runtime/ReadPlans.h"
+
 #include "guardjit/Runtime/RuntimeHelpers.h"
 
 #include "CPythonReads.h"
