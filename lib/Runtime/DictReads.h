@@ -1,4 +1,4 @@
-//===- DictReads.h - Memoized reads shared by the runtime helpers -*- C++ -*-===//
+//===- DictReads.h - Memoized reads shared by runtime helpers ---*- C++ -*-===//
 //
 // Private to the Runtime library: the memoized getattr read, inline, for
 // gj_rt_getattr_cached (DictReads.cpp) and the descriptor reads

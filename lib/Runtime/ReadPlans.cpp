@@ -1,4 +1,4 @@
-//===- ReadPlans.cpp - The first tier's descriptor reads and read paths --===//
+//===- ReadPlans.cpp - The first tier's descriptor reads and read paths ---===//
 //
 // The first tier (LoweringOptions::CallMemo) reads memoized and fused values
 // through a ReadDescriptor per read (ReadPlans.h). Two IR analyses that

@@ -1,4 +1,4 @@
-//===- SkipValidation.cpp - SkipPlan's hot path: record and validate -----===//
+//===- SkipValidation.cpp - SkipPlan's hot path: record and validate ------===//
 //
 // What runs on every call of a check with a SkipPlan (SubtreeSkip.h):
 // validate() before it, record() after a full check passed, and the pure

@@ -3,7 +3,8 @@
 // C ABI helpers for every accessor and every guard that is not inlined by the
 // native code generator. The interpreter calls them directly; JIT code reaches
 // them through ORC absolute symbols (the pybind11 module's symbols are hidden,
-// so dlsym cannot find them).
+// so dlsym cannot find them). The memo and descriptor types they take, and
+// the read-plan analyses, are in ReadPlans.h.
 //
 // Contract for all helpers: the GIL is held; arguments are borrowed; they
 // never leave a Python error set (a failed read or a raising comparison is a
