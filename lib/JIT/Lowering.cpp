@@ -554,7 +554,6 @@ ArrayRef<RuntimeSymbol> runtimeSymbols() {
 #define GJ_SYM(Fn) {#Fn, reinterpret_cast<void *>(&Fn)}
   static const RuntimeSymbol Symbols[] = {
       GJ_SYM(gj_rt_dict_get_item),
-      GJ_SYM(gj_rt_dict_get_item_cached),
       GJ_SYM(gj_rt_dict_get_item_fill),
       GJ_SYM(gj_rt_generic_dict),
       GJ_SYM(gj_rt_getattr),
@@ -570,9 +569,6 @@ ArrayRef<RuntimeSymbol> runtimeSymbols() {
       GJ_SYM(gj_rt_dict_key_fill),
       GJ_SYM(gj_rt_dict_value_fill),
       GJ_SYM(gj_rt_dict_contains_fill),
-      GJ_SYM(gj_rt_dict_contains_cached),
-      GJ_SYM(gj_rt_dict_key_cached),
-      GJ_SYM(gj_rt_dict_value_cached),
       GJ_SYM(gj_rt_getattr_cached),
       GJ_SYM(gj_rt_dict_get_item_desc),
       GJ_SYM(gj_rt_dict_key_desc),

@@ -3,10 +3,9 @@
 // The runtime helpers of the torch 2.13 guard kinds over iterators, sets,
 // mappings and ambient state: TUPLE_ITERATOR_LEN, RANGE_ITERATOR_MATCH,
 // MAPPING_KEYS_MATCH, SET_CONTAINS, DISPATCH_KEY_SET_MATCH, DUAL_LEVEL_MATCH,
-// FAKE_SCRIPT_TYPE_MATCH, STORAGE_OVERLAPPING, AUTOGRAD_SAVED_TENSORS_HOOKS
-// and torch 2.14's COW_TENSOR_MATCH (forwarded to TorchHooks) and the
-// accessors GradGuardAccessor (TorchHooks), SetGetItemGuardAccessor,
-// TupleIteratorGetItemAccessor and torch 2.14's ContextVarGetSource. Each
+// FAKE_SCRIPT_TYPE_MATCH and the accessors SetGetItemGuardAccessor,
+// TupleIteratorGetItemAccessor and torch 2.14's ContextVarGetSource (those
+// forwarded to TorchHooks are in TorchForwarding.cpp). Each
 // mirrors the class of the same name in torch/csrc/dynamo/guards.cpp (or the
 // Python lambda of torch/_dynamo/guards.py); as in RuntimeHelpers.cpp,
 // where Dynamo returns a result with a Python error left set, we return that
@@ -22,16 +21,6 @@ using namespace guardjit;
 //===----------------------------------------------------------------------===//
 // Accessors
 //===----------------------------------------------------------------------===//
-
-extern "C" PyObject *gj_rt_grad(PyObject *Tensor) {
-  const TorchHooks *H = torchHooks();
-  if (!H || !H->tensorGrad)
-    return nullptr;
-  PyObject *G = H->tensorGrad(Tensor);
-  if (!G && PyErr_Occurred())
-    PyErr_Clear();
-  return G;
-}
 
 extern "C" PyObject *gj_rt_set_get_item(PyObject *Obj, Py_ssize_t Index) {
   // SetGetItemGuardAccessor: `lst = PySequence_List(obj); x =
@@ -240,37 +229,4 @@ extern "C" int gj_rt_dual_level_match(PyObject *ForwardAD, int64_t Level) {
   if (L == -1 && PyErr_Occurred())
     PyErr_Clear();
   return L == Level;
-}
-
-extern "C" int gj_rt_cow_tensor_match(PyObject *Value, int64_t Expected) {
-  const TorchHooks *H = torchHooks();
-  if (!H || !H->cowTensorMatch)
-    return 0;
-  int R = H->cowTensorMatch(Value, Expected != 0);
-  if (PyErr_Occurred())
-    PyErr_Clear();
-  return R == 1;
-}
-
-extern "C" int gj_rt_saved_tensors_hooks(PyObject *GraphModule,
-                                         int64_t HasIds, int64_t PackId,
-                                         int64_t UnpackId) {
-  const TorchHooks *H = torchHooks();
-  if (!H || !H->savedTensorsHooks)
-    return 0;
-  int R = H->savedTensorsHooks(GraphModule, HasIds != 0, PackId, UnpackId);
-  if (PyErr_Occurred())
-    PyErr_Clear();
-  return R;
-}
-
-extern "C" int gj_rt_storage_overlapping(PyObject *const *Tensors, size_t N,
-                                         size_t NumOverlapping) {
-  const TorchHooks *H = torchHooks();
-  if (!H || !H->storageOverlapping || NumOverlapping > N)
-    return 0;
-  int R = H->storageOverlapping(Tensors, N, NumOverlapping);
-  if (PyErr_Occurred())
-    PyErr_Clear();
-  return R;
 }

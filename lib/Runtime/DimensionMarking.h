@@ -2,7 +2,7 @@
 //
 // Private to the Runtime library: the native form of one
 // DIMENSION_DYNAMIC_MARKING_GUARD, prepared by BoundGuardSet::bind and read by
-// gj_rt_dimension_marking (RuntimeHelpers.cpp).
+// gj_rt_dimension_marking (DimensionMarking.cpp).
 //
 // IR form (what the recorder stores): Guard.Object is a tuple
 //   (expected_attrs: dict[str, set[int]],
@@ -16,7 +16,7 @@
 #define GUARDJIT_LIB_RUNTIME_DIMENSIONMARKING_H
 
 #include "guardjit/Runtime/Python.h"
-#include "guardjit/Runtime/RuntimeHelpers.h"
+#include "guardjit/Runtime/ReadPlans.h"
 
 #include <string>
 #include <vector>
@@ -28,7 +28,7 @@ namespace guardjit {
 /// reads (Dynamo likewise copies the containers but keeps the set objects).
 struct DimensionMarkingPayload {
   // Read on every check, first: the memo of the fast "no
-  // _has_dynamo_dim_marking" test (RuntimeHelpers.cpp), two gate-free types
+  // _has_dynamo_dim_marking" test (DimensionMarking.cpp), two gate-free types
   // (a set usually guards both Tensors and Parameters) by their
   // attribute-cache version: `_PyType_Lookup(GateFreeType[I], gate)` was
   // NULL while the type's tag was GateFreeTag[I]. Not references; written

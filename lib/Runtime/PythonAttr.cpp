@@ -14,13 +14,7 @@
 //===----------------------------------------------------------------------===//
 #include "guardjit/Runtime/PythonAttr.h"
 
-#include "guardjit/Runtime/CPythonABI.h"
-
-// DK_IS_UNICODE (are all keys exact str?) is only in the internal header; the
-// layout is CPython 3.11's, pinned by Python.h.
-#define Py_BUILD_CORE 1
-#include <internal/pycore_dict.h>
-#undef Py_BUILD_CORE
+#include "CPythonReads.h"
 
 #include <cstddef>
 
@@ -202,8 +196,7 @@ bool initRegistry(std::string *Error) {
 /// A dict (any dict type) whose keys are all exact str: probing it with an
 /// exact str compares str objects only and runs no user code.
 bool strKeyed(PyObject *D) {
-  return PyDict_Check(D) &&
-         DK_IS_UNICODE(reinterpret_cast<PyDictObject *>(D)->ma_keys);
+  return PyDict_Check(D) && cpy::strKeys(D);
 }
 
 /// An exact dict with str keys: `in`, `d[k]` and `d.get(k)` on it are the
@@ -227,11 +220,10 @@ PyObject *probe(PyObject *D, PyObject *Key) {
 /// left is that it reports a missing attribute without an exception).
 bool instanceDictPure(PyObject *Obj, PyTypeObject *Tp) {
   PyObject *Dict = nullptr;
-  if (Tp->tp_flags & Py_TPFLAGS_MANAGED_DICT) {
-    char *P = reinterpret_cast<char *>(Obj);
-    if (*reinterpret_cast<void **>(P + abi::ManagedValuesOffset))
+  if (cpy::hasManagedDict(Tp)) {
+    if (cpy::managedValuesInline(Obj))
       return true;
-    Dict = *reinterpret_cast<PyObject **>(P + abi::ManagedDictOffset);
+    Dict = cpy::managedDict(Obj);
   } else if (PyObject **Ptr = _PyObject_GetDictPtr(Obj)) {
     // Not managed: tp_dictoffset arithmetic, no side effect.
     Dict = *Ptr;
@@ -248,8 +240,7 @@ bool globalsResolve(PyObject *FnObj, GlobalsMemo &M, PyObject *const *Names,
   PyObject *G = Fn->func_globals, *B = Fn->func_builtins;
   if (!G || !B || !plainStrDict(G) || !plainStrDict(B))
     return false;
-  uint64_t GT = reinterpret_cast<PyDictObject *>(G)->ma_version_tag;
-  uint64_t BT = reinterpret_cast<PyDictObject *>(B)->ma_version_tag;
+  uint64_t GT = cpy::dictTag(G), BT = cpy::dictTag(B);
   if (M.Ok && M.GlobalsTag == GT && M.BuiltinsTag == BT)
     return true;
   M.Ok = false;

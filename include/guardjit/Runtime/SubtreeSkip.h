@@ -150,7 +150,7 @@ public:
 
 private:
   SkipPlan() = default;
-  struct Slot; // how one stable value or hidden dict is read (SubtreeSkip.cpp)
+  struct Slot; // how one stable value or hidden dict is read (SkipPlanReads.h)
   friend class SkipPlanBuilder;
 
   bool readSlot(size_t I, PyObject *FrameLocals);

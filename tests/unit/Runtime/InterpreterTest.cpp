@@ -385,41 +385,48 @@ TEST_F(InterpreterTest, ModuleGetAttrFill) {
 }
 
 TEST_F(InterpreterTest, DictMemoHelpers) {
-  // gj_rt_dict_get_item_cached is the helper form of the JIT's inline memo
-  // (the interpreter itself stays uncached, as the reference).
+  // gj_rt_dict_get_item_desc with no fused guard is the first tier's memo
+  // read (hit test, else gj_rt_dict_get_item_fill); the interpreter itself
+  // stays uncached, as the reference.
   Ref D(eval("{'a': 1, 'b': 2}"));
   Ref A(PyUnicode_InternFromString("a"));
-  DictReadCache C;
+  ReadDescriptor Desc;
+  Desc.Key = A.get();
+  DictReadCache &C = Desc.Memo;
   PyObject *One = PyDict_GetItem(D.get(), A.get());
-  EXPECT_EQ(gj_rt_dict_get_item_cached(D.get(), A.get(), &C), One);
+  EXPECT_EQ(gj_rt_dict_get_item_desc(D.get(), &Desc), One);
   EXPECT_EQ(C.Dict, D.get());
   EXPECT_EQ(C.Value, One);
   uint64_t Tag = C.Tag;
-  EXPECT_EQ(gj_rt_dict_get_item_cached(D.get(), A.get(), &C), One);
+  EXPECT_EQ(gj_rt_dict_get_item_desc(D.get(), &Desc), One);
   EXPECT_EQ(C.Tag, Tag);
   // Every mutation moves the tag, even one that does not touch 'a'.
   PyDict_SetItemString(D.get(), "c", One);
-  EXPECT_EQ(gj_rt_dict_get_item_cached(D.get(), A.get(), &C), One);
+  EXPECT_EQ(gj_rt_dict_get_item_desc(D.get(), &Desc), One);
   EXPECT_NE(C.Tag, Tag);
   Ref Two(PyLong_FromLong(2));
   PyDict_SetItem(D.get(), A.get(), Two.get());
-  EXPECT_EQ(gj_rt_dict_get_item_cached(D.get(), A.get(), &C), Two.get());
+  EXPECT_EQ(gj_rt_dict_get_item_desc(D.get(), &Desc), Two.get());
   PyDict_DelItem(D.get(), A.get());
-  EXPECT_EQ(gj_rt_dict_get_item_cached(D.get(), A.get(), &C), nullptr);
+  EXPECT_EQ(gj_rt_dict_get_item_desc(D.get(), &Desc), nullptr);
   EXPECT_FALSE(PyErr_Occurred());
   // Misses leave the slot alone (the last hit stays, under its old tag).
   EXPECT_EQ(C.Value, Two.get());
 
   // A non-str key or general keys: read, not memoized.
-  DictReadCache C2;
+  ReadDescriptor Desc2;
+  DictReadCache &C2 = Desc2.Memo;
   Ref G(eval("{1: 'x', 'a': 3}"));
-  EXPECT_NE(gj_rt_dict_get_item_cached(G.get(), A.get(), &C2), nullptr);
+  Desc2.Key = A.get();
+  EXPECT_NE(gj_rt_dict_get_item_desc(G.get(), &Desc2), nullptr);
   EXPECT_EQ(C2.Dict, nullptr);
   Ref IntKey(PyLong_FromLong(1));
-  EXPECT_NE(gj_rt_dict_get_item_cached(G.get(), IntKey.get(), &C2), nullptr);
+  Desc2.Key = IntKey.get();
+  EXPECT_NE(gj_rt_dict_get_item_desc(G.get(), &Desc2), nullptr);
   EXPECT_EQ(C2.Dict, nullptr);
   // Non-dicts read as PyDict_GetItem does (NULL, no error).
-  EXPECT_EQ(gj_rt_dict_get_item_cached(IntKey.get(), A.get(), &C2), nullptr);
+  Desc2.Key = A.get();
+  EXPECT_EQ(gj_rt_dict_get_item_desc(IntKey.get(), &Desc2), nullptr);
   EXPECT_FALSE(PyErr_Occurred());
 
   // DICT_CONTAINS memo: only passes are recorded.
