@@ -9,9 +9,11 @@
 #include "BuildInfo.h"
 #include "Logging.h"
 #include "NativeGuard.h"
-#include "TierUp.h"
 #include "TensorFields.h"
 
+#include "guardjit/Check/LLVMProvider.h"
+#include "guardjit/Check/Log.h"
+#include "guardjit/Check/TierUp.h"
 #include "guardjit/IR/GuardSet.h"
 #include "guardjit/IR/Parser.h"
 #include "guardjit/IR/Printer.h"
@@ -120,6 +122,29 @@ GuardJIT *existingEngine(OptLevel Level) {
   return Engines[static_cast<int>(Level)];
 }
 
+/// The provider of `Level` over engine(Level), for lib/Check (as leaked as
+/// the engine it shares).
+std::shared_ptr<CodeProvider> provider(int Level) {
+  static std::shared_ptr<CodeProvider> *Providers[4] = {};
+  GuardJIT &E = engine(static_cast<OptLevel>(Level));
+  std::lock_guard<std::mutex> Guard(EnginesLock);
+  std::shared_ptr<CodeProvider> *&P = Providers[Level];
+  if (!P)
+    P = new std::shared_ptr<CodeProvider>(
+        makeLLVMProvider(std::shared_ptr<GuardJIT>(&E, [](GuardJIT *) {})));
+  return *P;
+}
+
+/// lib/Check's messages go to the spdlog logger (GUARDJIT_LOGS).
+bool checkLogEnabledHere(CheckLogLevel L) {
+  return logEnabled(L == CheckLogLevel::Debug ? LogLevel::Debug
+                                              : LogLevel::Warning);
+}
+void checkLogHere(CheckLogLevel L, const std::string &Message) {
+  logMessage(L == CheckLogLevel::Debug ? LogLevel::Debug : LogLevel::Warning,
+             Message);
+}
+
 /// The target of a callable made by make_guard; TypeError for anything else.
 std::shared_ptr<CheckTarget> targetOf(py::handle Fn) {
   std::shared_ptr<CheckTarget> T = nativeGuardTarget(Fn.ptr());
@@ -168,6 +193,7 @@ PYBIND11_MODULE(_core, M) {
   // torch this module was compiled against.
   guardjit::python::checkTorchMatchesBuild(M);
   installTorchRuntime();
+  setCheckLogSink({checkLogEnabledHere, checkLogHere});
 
   py::class_<GuardSet, std::shared_ptr<GuardSet>>(M, "GuardSet",
                                                   "Guard IR of one compile unit.")
@@ -484,15 +510,9 @@ PYBIND11_MODULE(_core, M) {
       "make_guard",
       [](std::shared_ptr<BoundGuardSet> B, std::shared_ptr<CompiledCheck> C,
          bool VerifyFirstCall) {
-        auto T = std::make_shared<CheckTarget>();
-        T->Bound = std::move(B);
-        T->Native = std::move(C);
-        if (T->Native) {
-          T->Fn.store(T->Native->function(), std::memory_order_release);
-          T->Level.store(static_cast<int>(T->Native->level()));
-          if (VerifyFirstCall)
-            T->Unverified.store(T->Native->function());
-        }
+        std::shared_ptr<CheckTarget> T = makeCheckTarget(
+            std::move(B), C ? wrapCompiledCheck(std::move(C)) : nullptr,
+            VerifyFirstCall);
         PyObject *Fn = makeNativeGuard(std::move(T));
         if (!Fn)
           throw py::error_already_set();
@@ -510,26 +530,7 @@ PYBIND11_MODULE(_core, M) {
   M.def(
       "enable_subtree_skip",
       [](py::handle Fn, py::dict FrameLocals) -> std::string {
-        std::shared_ptr<CheckTarget> T = targetOf(Fn);
-        if (T->Skip)
-          return "";
-        std::string WhyNot;
-        std::unique_ptr<SkipPlan> Plan =
-            SkipPlan::build(*T->Bound, FrameLocals.ptr(), &WhyNot);
-        if (!Plan)
-          return WhyNot;
-        std::string Err;
-        std::unique_ptr<BoundGuardSet> RB =
-            BoundGuardSet::bind(Plan->residual(), &Err);
-        if (!RB)
-          return "cannot bind the residual set: " + Err;
-        Plan->attach(*RB);
-        auto K = std::make_unique<SkipState>();
-        K->Residual = std::make_shared<CheckTarget>();
-        K->Residual->Bound = std::move(RB);
-        K->Plan = std::move(Plan);
-        T->Skip = std::move(K);
-        return "";
+        return enableSubtreeSkip(*targetOf(Fn), FrameLocals.ptr());
       },
       py::arg("check"), py::arg("f_locals"),
       "Gives the check behind `check` (a make_guard callable) sound subtree "
@@ -554,11 +555,8 @@ PYBIND11_MODULE(_core, M) {
       "skip_compile",
       [](py::handle Fn, const std::string &Level) {
         std::shared_ptr<CheckTarget> T = targetOf(Fn);
-        if (!T->Skip || T->Skip->Residual->QueuedLevel.load() >= 0)
-          return false;
-        OptLevel L = parseOptLevel(Level);
-        T->Skip->Residual->QueuedLevel.store(static_cast<int>(L));
-        return scheduleTierUp(T->Skip->Residual, engine(L));
+        return compileResidual(*T, static_cast<int>(parseOptLevel(Level)),
+                               provider);
       },
       py::arg("check"), py::arg("opt_level") = "O1",
       "Queues the native compile of the residual check of `check` on the "
@@ -593,31 +591,15 @@ PYBIND11_MODULE(_core, M) {
   M.def(
       "skip_profile",
       [](py::handle Fn, py::dict FrameLocals, int Calls) -> py::object {
-        std::shared_ptr<CheckTarget> T = targetOf(Fn);
-        if (!T->Skip || !T->Skip->Plan->valid())
+        std::optional<SkipProfile> Prof =
+            profileSkip(*targetOf(Fn), FrameLocals.ptr(), Calls);
+        if (!Prof)
           return py::none();
-        SkipPlan &P = *T->Skip->Plan;
-        CheckTarget &R = *T->Skip->Residual;
-        CheckFn RFn = R.Fn.load(std::memory_order_acquire);
-        using Clock = std::chrono::steady_clock;
-        auto Start = Clock::now();
-        int Valid = 0;
-        for (int I = 0; I < Calls; ++I)
-          Valid += P.validate(FrameLocals.ptr());
-        auto Mid = Clock::now();
-        int Pass = 0;
-        for (int I = 0; I < Calls; ++I)
-          Pass += RFn ? RFn(FrameLocals.ptr())
-                      : interpret(*R.Bound, FrameLocals.ptr());
-        auto End = Clock::now();
-        auto Ns = [&](auto A, auto B) {
-          return std::chrono::duration<double, std::nano>(B - A).count() / Calls;
-        };
         py::dict D;
-        D["validate_ns"] = Ns(Start, Mid);
-        D["residual_ns"] = Ns(Mid, End);
-        D["validated"] = Valid;
-        D["passed"] = Pass;
+        D["validate_ns"] = Prof->ValidateNs;
+        D["residual_ns"] = Prof->ResidualNs;
+        D["validated"] = Prof->Validated;
+        D["passed"] = Prof->Passed;
         return D;
       },
       py::arg("check"), py::arg("f_locals"), py::arg("calls") = 1000,
@@ -660,15 +642,8 @@ PYBIND11_MODULE(_core, M) {
       "tier_up",
       [](py::handle Fn, const std::string &Level) {
         std::shared_ptr<CheckTarget> T = targetOf(Fn);
-        OptLevel L = parseOptLevel(Level);
-        // Nothing to gain: the interpreter stays (a mode the user chose), and
-        // code at this level or above stays, or is already on its way.
-        int Want = static_cast<int>(L);
-        if (!T->Fn.load() || T->Level.load() >= Want ||
-            T->QueuedLevel.load() >= Want)
-          return false;
-        T->QueuedLevel.store(Want); // the GIL serializes callers
-        return scheduleTierUp(std::move(T), engine(L));
+        return tierUp(std::move(T), static_cast<int>(parseOptLevel(Level)),
+                      provider);
       },
       py::arg("check"), py::arg("opt_level") = "O1",
       "Queues a recompile of the check behind `check` (a make_guard callable) "
@@ -681,20 +656,11 @@ PYBIND11_MODULE(_core, M) {
       "start_native",
       [](py::handle Fn, const std::string &Level, const std::string &Then) {
         std::shared_ptr<CheckTarget> T = targetOf(Fn);
-        if (T->Fn.load() || T->QueuedLevel.load() >= 0)
-          return false; // native already, or on its way
-        OptLevel L = parseOptLevel(Level);
-        GuardJIT *Next = nullptr;
-        int Queued = static_cast<int>(L);
-        if (!Then.empty() && Then != "off") {
-          OptLevel N = parseOptLevel(Then);
-          if (N > L) {
-            Next = &engine(N);
-            Queued = static_cast<int>(N);
-          }
-        }
-        T->QueuedLevel.store(Queued); // the GIL serializes callers
-        return scheduleTierUp(std::move(T), engine(L), Next);
+        int L = static_cast<int>(parseOptLevel(Level));
+        int Next = -1;
+        if (!Then.empty() && Then != "off")
+          Next = static_cast<int>(parseOptLevel(Then));
+        return startNative(std::move(T), L, Next, provider);
       },
       py::arg("check"), py::arg("opt_level") = "light",
       py::arg("then") = "off",
