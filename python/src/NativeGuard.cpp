@@ -1,7 +1,6 @@
 //===- NativeGuard.cpp - The callable Dynamo's root guard invokes ---------===//
 #include "NativeGuard.h"
 
-
 namespace guardjit {
 namespace {
 
