@@ -8,9 +8,6 @@
 
 namespace guardjit {
 
-CheckCode::~CheckCode() = default;
-CodeProvider::~CodeProvider() = default;
-
 namespace {
 
 uint64_t Distrusted = 0;
@@ -93,9 +90,9 @@ int runSkipping(CheckTarget &T, SkipState &K, PyObject *FrameLocals) {
 
 } // namespace
 
-std::shared_ptr<CheckTarget> makeCheckTarget(std::shared_ptr<BoundGuardSet> Bound,
-                                             std::shared_ptr<CheckCode> Code,
-                                             bool VerifyFirstCall) {
+std::shared_ptr<CheckTarget>
+makeCheckTarget(std::shared_ptr<BoundGuardSet> Bound,
+                std::shared_ptr<CheckCode> Code, bool VerifyFirstCall) {
   auto T = std::make_shared<CheckTarget>();
   T->Bound = std::move(Bound);
   T->Native = std::move(Code);

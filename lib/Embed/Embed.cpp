@@ -524,8 +524,8 @@ Status LoadedSet::enableSubtreeSkip(void *FrameLocals) {
     return error(ErrorCode::InvalidArgument,
                  "enableSubtreeSkip takes the frame locals as a dict");
   std::lock_guard<std::mutex> Lock(I->CompileLock);
-  std::string WhyNot =
-      guardjit::enableSubtreeSkip(*I->Target, static_cast<PyObject *>(FrameLocals));
+  std::string WhyNot = guardjit::enableSubtreeSkip(
+      *I->Target, static_cast<PyObject *>(FrameLocals));
   if (!WhyNot.empty())
     return error(ErrorCode::Unsupported,
                  "guard set '" + name() + "' cannot skip subtrees: " + WhyNot);

@@ -111,9 +111,9 @@ struct CheckTarget {
 /// A target checking `Bound`, running `Code` when given (else the
 /// interpreter). With `VerifyFirstCall` the first call of `Code` also runs
 /// the interpreter, as for code the background tier installs.
-std::shared_ptr<CheckTarget> makeCheckTarget(std::shared_ptr<BoundGuardSet> Bound,
-                                             std::shared_ptr<CheckCode> Code,
-                                             bool VerifyFirstCall);
+std::shared_ptr<CheckTarget>
+makeCheckTarget(std::shared_ptr<BoundGuardSet> Bound,
+                std::shared_ptr<CheckCode> Code, bool VerifyFirstCall);
 
 /// Publishes `Code` as the function of `T`, retiring the code it replaces;
 /// with `Verify` its first call is on probation. Any thread, no GIL (the

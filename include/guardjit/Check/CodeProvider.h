@@ -1,4 +1,4 @@
-//===- CodeProvider.h - What a check target asks of a code generator -*- C++ -*-===//
+//===- CodeProvider.h - What a check target asks of a code generator ------===//
 //
 // The provider-neutral side of native code, as PostgreSQL's jit.h is to
 // llvmjit: lib/Check decides when a check is compiled, swapped, verified and

@@ -1,4 +1,4 @@
-//===- LLVMProvider.h - guardjit's LLVM ORC engine as a CodeProvider -*- C++ -*-===//
+//===- LLVMProvider.h - GuardJIT as a CodeProvider -------------*- C++ -*-===//
 //
 // The one place that knows both sides, as PostgreSQL's llvmjit.c implements
 // jit.h's provider callbacks: a GuardJIT engine (JIT/Engine.h) compiles, a
@@ -20,11 +20,13 @@ class GuardJIT;
 
 /// A provider compiling with `Engine` at its level (OptLevel as int). The
 /// provider shares ownership of the engine: code it made keeps both alive.
-std::shared_ptr<CodeProvider> makeLLVMProvider(std::shared_ptr<GuardJIT> Engine);
+std::shared_ptr<CodeProvider>
+makeLLVMProvider(std::shared_ptr<GuardJIT> Engine);
 
 /// `Code` (compiled by a GuardJIT engine, which must outlive it) as a
 /// CheckCode.
-std::shared_ptr<CheckCode> wrapCompiledCheck(std::shared_ptr<CompiledCheck> Code);
+std::shared_ptr<CheckCode>
+wrapCompiledCheck(std::shared_ptr<CompiledCheck> Code);
 
 /// The CompiledCheck behind code an LLVM provider made (or wrapped), else
 /// null.

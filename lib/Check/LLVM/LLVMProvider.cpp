@@ -1,4 +1,4 @@
-//===- LLVMProvider.cpp - guardjit's LLVM ORC engine as a CodeProvider ----===//
+//===- LLVMProvider.cpp - GuardJIT as a CodeProvider ----------------------===//
 #include "guardjit/Check/LLVMProvider.h"
 
 #include "guardjit/JIT/Engine.h"
@@ -61,11 +61,13 @@ private:
 
 } // namespace
 
-std::shared_ptr<CodeProvider> makeLLVMProvider(std::shared_ptr<GuardJIT> Engine) {
+std::shared_ptr<CodeProvider>
+makeLLVMProvider(std::shared_ptr<GuardJIT> Engine) {
   return std::make_shared<LLVMProvider>(std::move(Engine));
 }
 
-std::shared_ptr<CheckCode> wrapCompiledCheck(std::shared_ptr<CompiledCheck> Code) {
+std::shared_ptr<CheckCode>
+wrapCompiledCheck(std::shared_ptr<CompiledCheck> Code) {
   return std::make_shared<LLVMCheckCode>(std::move(Code), nullptr);
 }
 
