@@ -368,6 +368,7 @@ TEST(EmbedTest, BackgroundCompileSwapsInTheTierUpLevel) {
   ASSERT_TRUE(Runtime::create(O, &R).ok());
   auto S = loadOne(*R, header() + Body);
   ASSERT_TRUE(S);
+  int64_t Live = guardjit::CheckTarget::Live.load();
   ASSERT_TRUE(S->bindByName({}).ok());
   guardjit::TierUpStats Before = guardjit::tierUpStats();
   ASSERT_TRUE(S->compile(/*Background=*/true).ok());
@@ -391,6 +392,10 @@ TEST(EmbedTest, BackgroundCompileSwapsInTheTierUpLevel) {
   EXPECT_FALSE(S->stats().Distrusted);
   EXPECT_TRUE(S->compile(true).ok()); // compiled already: nothing queued
   EXPECT_EQ(guardjit::tierUpStats().Scheduled, After.Scheduled);
+  // Evict frees the target at once, though the compile thread held it.
+  EXPECT_EQ(guardjit::CheckTarget::Live.load(), Live + 1);
+  S->evict();
+  EXPECT_EQ(guardjit::CheckTarget::Live.load(), Live);
 }
 
 const char *NodeCode = R"py(
@@ -427,6 +432,7 @@ TEST(EmbedTest, SubtreeSkipHitsUntilTheObjectChanges) {
   ASSERT_TRUE(S);
   PyObject *NodeType = pythonObject(NodeCode, "Node");
   ASSERT_TRUE(NodeType);
+  int64_t Live = guardjit::CheckTarget::Live.load();
   ASSERT_TRUE(S->bindByName({{"host:Node", NodeType}}).ok());
   PyObject *M = PyObject_CallNoArgs(NodeType);
   PyObject *D = PyDict_New();
@@ -463,7 +469,9 @@ TEST(EmbedTest, SubtreeSkipHitsUntilTheObjectChanges) {
   EXPECT_TRUE(checkLocals(*S, D));
   EXPECT_TRUE(checkLocals(*S, D));
   EXPECT_GT(S->stats().SkipHits, Hits);
+  EXPECT_EQ(guardjit::CheckTarget::Live.load(), Live + 2); // and the residual
   S->evict();
+  EXPECT_EQ(guardjit::CheckTarget::Live.load(), Live);
   Py_DECREF(Half);
   Py_DECREF(Other);
   Py_DECREF(D);
