@@ -16,8 +16,17 @@
 //             "Naming scheme").
 //  - compile: native code through LLVM ORC, blocking or on a background
 //             thread. A bound set is checkable at once: until its code is
-//             ready, check() runs guardjit's interpreter (same answers).
-//  - check:   1 / 0 per call; never raises into Python.
+//             ready, check() runs guardjit's interpreter (same answers). In
+//             the background the code of RuntimeOptions::Level comes first,
+//             then that of TierUpLevel is swapped in.
+//  - check:   1 / 0 per call; never raises into Python. The first call of
+//             each new code also runs the interpreter (probation): on a
+//             disagreement the code is dropped for good and the
+//             interpreter's answer stands (SetStats::Distrusted).
+//  - [enableSubtreeSkip]: with frame locals the set passes on, later checks
+//             skip every guard that "these dicts and types are unchanged"
+//             implies (docs/subtree-skipping.md), falling back to the full
+//             check whenever one changed.
 //  - evict:   frees the code and the references; the set then refuses every
 //             call with ErrorCode::Evicted.
 //
@@ -26,9 +35,14 @@
 //    and keeps it alive until every Runtime and LoadedSet is destroyed.
 //  - With the GIL held: Runtime::create (with EnableTorch), LoadedSet::bind*,
 //    check, checkArgs, evict, and destroying a bound LoadedSet.
+//  - With the GIL held, before the set is checked: enableSubtreeSkip.
 //  - Without the GIL (any thread): Runtime::load, LoadedSet::compile and
 //    waitForCode (never hold the GIL while waiting: the background compile
 //    never needs it, but your other threads may), stats, name, objects.
+//  - Background compiles run on guardjit's one compile thread (shared with
+//    the Python plugin in the same process); it never takes the GIL. The
+//    references it lets go of are dropped by the next GIL holder (a CPython
+//    pending call, or evict()). Destroy every LoadedSet before Py_Finalize.
 //  - One LoadedSet may be checked by several threads (each holding the GIL
 //    in turn, as CPython requires); evict and destroy must not run
 //    concurrently with a check of the same set.
@@ -105,7 +119,12 @@ private:
 enum class CodeLevel : int { O0, Light, O1, O2 };
 
 struct RuntimeOptions {
+  /// The code a compile produces first (blocking: the only one).
   CodeLevel Level = CodeLevel::Light;
+  /// After a background compile at Level, the set is recompiled at this
+  /// level on the compile thread and the new code swapped in, when it is
+  /// higher than Level (set it to Level for one compile only).
+  CodeLevel TierUpLevel = CodeLevel::O1;
   /// Install the ATen-backed checks (TENSOR_MATCH, GLOBAL_STATE,
   /// TORCH_FUNCTION_MODE_STACK). Requires the GIL and `import torch` done in
   /// this interpreter. Without it, binding a set with such a guard fails
@@ -153,9 +172,21 @@ struct SetStats {
   uint64_t Hits = 0;         ///< ... that passed
   uint64_t Misses = 0;       ///< ... that failed
   bool Native = false;       ///< native code is installed (else interpreter)
-  double CompileMs = 0;      ///< lowering + LLVM, 0 until compiled
+  CodeLevel Level = CodeLevel::O0; ///< of the installed code (when Native)
+  double CompileMs = 0;      ///< lowering + LLVM of the newest code (ms),
+                             ///< 0 until compiled
   size_t InlinedGuards = 0;  ///< guards emitted inline by the JIT
   size_t HelperGuards = 0;   ///< guards emitted as runtime helper calls
+  /// First calls of new code that also ran the interpreter (one per code
+  /// installed and called).
+  uint64_t Probations = 0;
+  /// New code disagreed with the interpreter on its first call and was
+  /// dropped: the interpreter checks the set from then on.
+  bool Distrusted = false;
+  bool SubtreeSkip = false;     ///< enabled and not given up
+  uint64_t SkipHits = 0;        ///< checks answered by the residual check
+  uint64_t SkipFallbacks = 0;   ///< ... that found a change: full check
+  bool ResidualNative = false;  ///< the residual check has native code
 };
 
 class LoadedSet;
@@ -214,12 +245,25 @@ public:
 
   /// Compiles the bound set to native code. Blocking: returns when the code
   /// is installed (or failed). Background: returns at once; the code is
-  /// swapped in atomically when ready, and check() runs the interpreter
-  /// meanwhile. No GIL needed (and never hold it in waitForCode).
+  /// swapped in atomically when ready (RuntimeOptions::Level, then
+  /// TierUpLevel), and check() runs the interpreter meanwhile. With subtree
+  /// skipping, the residual check is compiled in the background either
+  /// way. A second call does nothing. No GIL needed (and never hold it in
+  /// waitForCode).
   Status compile(bool Background = false);
-  /// Waits for a background compile; returns its result (Ok when no
-  /// compile was started and the interpreter is used).
+  /// Waits until no background compile of this set is queued or running;
+  /// returns CompileFailed with the message of the newest that failed (the
+  /// set keeps the code it had), else Ok (also when none was started).
   Status waitForCode();
+
+  /// Gives the set sound subtree skipping, planned on `FrameLocals`
+  /// (borrowed dict; frame locals the set passes on). Unsupported, with the
+  /// reason, when the set has nothing to skip or a guard it cannot skip
+  /// soundly; the set is then checked in full, as before. Skipping starts
+  /// once the residual check is native (at once while the set itself is
+  /// interpreted) and turns itself off for a set whose objects keep
+  /// changing. GIL held; call after bind, before the set is checked.
+  Status enableSubtreeSkip(void *FrameLocals);
 
   /// Checks the frame locals dict `FrameLocals` (borrowed `PyObject *` of a
   /// dict: the callee's locals by name). *Pass receives the answer. GIL held.

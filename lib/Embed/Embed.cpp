@@ -1,11 +1,17 @@
 //===- Embed.cpp - The embedding API (guardjit.h) -------------------------===//
 //
-// guardjit.h over the IR (parse, verify), Runtime (bind, interpret) and JIT
-// (compile) libraries. All LLVM and CPython types stay in this file.
+// guardjit.h over the IR (parse, verify) and Runtime (bind, interpret)
+// libraries and a facade over lib/Check: a bound set is a check target, so a
+// host gets what the Python plugin gets (first-call probation, background
+// tiers, subtree skipping); lib/Check/LLVM provides the code. All LLVM and
+// CPython types stay in this file.
 //
 //===----------------------------------------------------------------------===//
 #include "guardjit/guardjit.h"
 
+#include "guardjit/Check/CheckTarget.h"
+#include "guardjit/Check/LLVMProvider.h"
+#include "guardjit/Check/TierUp.h"
 #include "guardjit/IR/Parser.h"
 #include "guardjit/JIT/Engine.h"
 #include "guardjit/JIT/ObjectCache.h"
@@ -20,7 +26,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <future>
 #include <mutex>
 
 #ifndef GUARDJIT_TORCH_VERSION
@@ -154,7 +159,29 @@ PyObject *resolvePythonName(const std::string &Name, std::string *Why) {
 
 struct Runtime::Impl {
   RuntimeOptions Opts;
-  std::unique_ptr<GuardJIT> Engine;
+  JITOptions JO; ///< of the first engine; other levels differ in Level only
+  std::mutex Lock; ///< guards Providers
+  /// One engine per code level, made when first asked for (the background
+  /// tier's level); shared by the code they made.
+  std::shared_ptr<CodeProvider> Providers[4];
+
+  /// The provider of `Level` (OptLevel as int), or null when LLVM cannot
+  /// make its engine. Any thread, no GIL.
+  std::shared_ptr<CodeProvider> provider(int Level) {
+    std::lock_guard<std::mutex> G(Lock);
+    std::shared_ptr<CodeProvider> &P = Providers[Level];
+    if (!P) {
+      JITOptions O = JO;
+      O.Level = static_cast<OptLevel>(Level);
+      auto J = GuardJIT::create(O);
+      if (!J) {
+        llvm::consumeError(J.takeError());
+        return nullptr;
+      }
+      P = makeLLVMProvider(std::shared_ptr<GuardJIT>(std::move(*J)));
+    }
+    return P;
+  }
 };
 
 Runtime::Runtime(std::shared_ptr<Impl> I) : I(std::move(I)) {}
@@ -207,7 +234,9 @@ Status Runtime::create(const RuntimeOptions &Opts,
                  "cannot create the LLVM JIT: " + llvm::toString(J.takeError()));
   auto I = std::make_shared<Impl>();
   I->Opts = Opts;
-  I->Engine = std::move(*J);
+  I->JO = JO;
+  I->Providers[static_cast<int>(JO.Level)] =
+      makeLLVMProvider(std::shared_ptr<GuardJIT>(std::move(*J)));
   Out->reset(new Runtime(std::move(I)));
   return Status::success();
 }
@@ -222,12 +251,11 @@ struct LoadedSet::Impl {
   std::vector<ObjectInfo> Infos;
   std::vector<std::string> ArgNames;
   std::vector<PyObject *> Refs; ///< guardjit's reference to each object
-  std::unique_ptr<BoundGuardSet> Bound;
-  std::unique_ptr<CompiledCheck> Code;
-  std::atomic<CheckFn> Fn{nullptr};
-  std::future<Status> Pending;
-  std::mutex CompileLock; ///< guards Code, Pending and CompileStatus
-  Status CompileStatus;
+  /// The check (lib/Check), made by bind: the bound set, its code, its
+  /// subtree skipping. Destroyed with the GIL (it holds references).
+  std::shared_ptr<CheckTarget> Target;
+  std::mutex CompileLock; ///< serializes compile() and enableSubtreeSkip()
+  bool CompileStarted = false; ///< guarded by CompileLock
   std::atomic<uint64_t> Checks{0}, Hits{0};
   std::atomic<bool> Evicted{false};
 
@@ -235,13 +263,21 @@ struct LoadedSet::Impl {
     if (Evicted.load())
       return error(ErrorCode::Evicted, "guard set '" + Set->name() +
                                            "' was evicted");
-    if (!Bound)
+    if (!Target)
       return error(ErrorCode::Unbound,
                    "guard set '" + Set->name() + "' is not bound");
     return Status::success();
   }
   Status finishBind(std::vector<PyObject *> Objects);
-  Status compileNow();
+  /// The level background compiles end at: TierUpLevel when above Level.
+  int topLevel() const {
+    return std::max(static_cast<int>(toOptLevel(RT->Opts.Level)),
+                    static_cast<int>(toOptLevel(RT->Opts.TierUpLevel)));
+  }
+  ProviderLookup providers() const {
+    std::shared_ptr<Runtime::Impl> R = RT;
+    return [R](int Level) { return R->provider(Level); };
+  }
 };
 
 LoadedSet::LoadedSet(std::unique_ptr<Impl> I) : I(std::move(I)) {}
@@ -360,14 +396,14 @@ Status LoadedSet::Impl::finishBind(std::vector<PyObject *> Objects) {
                  "cannot bind guard set '" + Set->name() + "': " + Why);
   }
   Refs = std::move(Objects);
-  Bound = std::move(B);
+  Target = makeCheckTarget(std::move(B), nullptr, /*VerifyFirstCall=*/false);
   return Status::success();
 }
 
 Status LoadedSet::bind(const BindCallback &Callback) {
   if (I->Evicted.load())
     return I->ready();
-  if (I->Bound)
+  if (I->Target)
     return error(ErrorCode::InvalidArgument,
                  "guard set '" + name() + "' is bound already");
   if (!Callback)
@@ -394,7 +430,7 @@ Status LoadedSet::bindByName(const std::map<std::string, void *> &Map,
                              bool ResolvePython) {
   if (I->Evicted.load())
     return I->ready();
-  if (I->Bound)
+  if (I->Target)
     return error(ErrorCode::InvalidArgument,
                  "guard set '" + name() + "' is bound already");
   std::vector<PyObject *> Objects;
@@ -430,47 +466,72 @@ Status LoadedSet::bindByName(const std::map<std::string, void *> &Map,
   return I->finishBind(std::move(Objects));
 }
 
-Status LoadedSet::Impl::compileNow() {
-  auto C = RT->Engine->compile(*Bound);
-  if (!C)
-    return error(ErrorCode::CompileFailed,
-                 "guard set '" + Set->name() +
-                     "': JIT compilation failed: " +
-                     llvm::toString(C.takeError()));
-  std::lock_guard<std::mutex> Lock(CompileLock);
-  Code = std::move(*C);
-  Fn.store(Code->function(), std::memory_order_release);
-  return Status::success();
-}
-
 Status LoadedSet::compile(bool Background) {
   if (Status S = I->ready(); !S)
     return S;
-  {
-    std::lock_guard<std::mutex> Lock(I->CompileLock);
-    if (I->Code || I->Pending.valid())
-      return Status::success(); // compiled or on its way
-    if (Background) {
-      Impl *P = I.get();
-      I->Pending = std::async(std::launch::async, [P] { return P->compileNow(); });
-      return Status::success();
-    }
+  CheckTarget &T = *I->Target;
+  std::lock_guard<std::mutex> Lock(I->CompileLock);
+  if (I->CompileStarted)
+    return Status::success(); // compiled or on its way
+  int Level = static_cast<int>(toOptLevel(I->RT->Opts.Level));
+  if (Background) {
+    // 1. The first code, then the tier-up level, on lib/Check's thread;
+    //    check() runs the interpreter meanwhile.
+    int Top = I->topLevel();
+    if (!startNative(I->Target, Level, Top > Level ? Top : -1,
+                     I->providers(), /*HoldsGil=*/false))
+      return error(ErrorCode::CompileFailed,
+                   "guard set '" + name() +
+                       "': the background compile could not be queued");
+  } else {
+    // 1. The code at Level, here.
+    std::shared_ptr<CodeProvider> P = I->RT->provider(Level);
+    if (!P)
+      return error(ErrorCode::Internal, "cannot create the LLVM JIT");
+    std::string Why;
+    std::shared_ptr<CheckCode> Code = P->compile(*T.Bound, &Why);
+    if (!Code)
+      return error(ErrorCode::CompileFailed,
+                   "guard set '" + name() + "': JIT compilation failed: " +
+                       Why);
+    installCode(T, std::move(Code), /*Verify=*/true);
   }
-  return I->compileNow();
+  I->CompileStarted = true;
+  // 2. The residual check of subtree skipping, in the background: skipping
+  //    starts once it is native.
+  compileResidual(T, I->topLevel(), I->providers(), /*HoldsGil=*/false);
+  return Status::success();
 }
 
 Status LoadedSet::waitForCode() {
-  std::future<Status> F;
-  {
-    std::lock_guard<std::mutex> Lock(I->CompileLock);
-    if (!I->Pending.valid())
-      return I->CompileStatus;
-    F = std::move(I->Pending);
-  }
-  Status S = F.get();
+  std::shared_ptr<CheckTarget> T = I->Target;
+  if (!T)
+    return Status::success();
+  waitTarget(*T, -1);
+  if (T->Skip)
+    waitTarget(*T->Skip->Residual, -1);
+  std::string Why = targetCompileError(*T);
+  if (!Why.empty())
+    return error(ErrorCode::CompileFailed,
+                 "guard set '" + name() + "': JIT compilation failed: " + Why);
+  return Status::success();
+}
+
+Status LoadedSet::enableSubtreeSkip(void *FrameLocals) {
+  if (Status S = I->ready(); !S)
+    return S;
+  if (!FrameLocals || !PyDict_Check(static_cast<PyObject *>(FrameLocals)))
+    return error(ErrorCode::InvalidArgument,
+                 "enableSubtreeSkip takes the frame locals as a dict");
   std::lock_guard<std::mutex> Lock(I->CompileLock);
-  I->CompileStatus = S;
-  return S;
+  std::string WhyNot = guardjit::enableSubtreeSkip(
+      *I->Target, static_cast<PyObject *>(FrameLocals));
+  if (!WhyNot.empty())
+    return error(ErrorCode::Unsupported,
+                 "guard set '" + name() + "' cannot skip subtrees: " + WhyNot);
+  if (I->CompileStarted)
+    compileResidual(*I->Target, I->topLevel(), I->providers());
+  return Status::success();
 }
 
 Status LoadedSet::check(void *FrameLocals, bool *Pass) {
@@ -482,8 +543,7 @@ Status LoadedSet::check(void *FrameLocals, bool *Pass) {
   if (!PyDict_Check(D))
     return error(ErrorCode::InvalidArgument,
                  "check takes the frame locals as a dict");
-  CheckFn Fn = I->Fn.load(std::memory_order_acquire);
-  bool R = Fn ? Fn(D) != 0 : interpret(*I->Bound, D);
+  bool R = callCheck(*I->Target, D) != 0;
   bump(I->Checks);
   if (R)
     bump(I->Hits);
@@ -526,7 +586,8 @@ Status LoadedSet::explain(void *FrameLocals, std::string *Where) {
       !PyDict_Check(static_cast<PyObject *>(FrameLocals)))
     return error(ErrorCode::InvalidArgument,
                  "explain takes the frame locals as a dict");
-  *Where = explainFailure(*I->Bound, static_cast<PyObject *>(FrameLocals));
+  *Where = explainFailure(*I->Target->Bound,
+                          static_cast<PyObject *>(FrameLocals));
   return Status::success();
 }
 
@@ -537,13 +598,29 @@ SetStats LoadedSet::stats() const {
   S.Checks = I->Checks.load(std::memory_order_relaxed);
   S.Hits = I->Hits.load(std::memory_order_relaxed);
   S.Misses = S.Checks - S.Hits;
-  S.Native = I->Fn.load(std::memory_order_acquire) != nullptr;
-  std::lock_guard<std::mutex> Lock(I->CompileLock);
-  if (I->Code) {
-    const CompileStats &C = I->Code->stats();
-    S.CompileMs = C.LowerMs + C.CompileMs;
-    S.InlinedGuards = C.NumInlined;
-    S.HelperGuards = C.NumHelpers;
+  std::shared_ptr<CheckTarget> T = I->Target;
+  if (!T)
+    return S;
+  S.Native = T->Fn.load(std::memory_order_acquire) != nullptr;
+  S.Distrusted = T->Distrusted.load();
+  S.Probations = T->Probations;
+  {
+    std::lock_guard<std::mutex> Lock(T->CodeLock);
+    if (T->Native) {
+      CodeStats C = T->Native->stats();
+      S.CompileMs = C.LowerMs + C.CompileMs;
+      S.InlinedGuards = C.NumInlined;
+      S.HelperGuards = C.NumHelpers;
+      if (S.Native)
+        S.Level = static_cast<CodeLevel>(T->Native->level());
+    }
+  }
+  if (T->Skip) {
+    const SkipState &K = *T->Skip;
+    S.SubtreeSkip = !K.Disabled;
+    S.SkipHits = K.Plan->stats().Hits;
+    S.SkipFallbacks = K.Plan->stats().Fallbacks;
+    S.ResidualNative = K.Residual->Fn.load() != nullptr;
   }
   return S;
 }
@@ -551,15 +628,17 @@ SetStats LoadedSet::stats() const {
 void LoadedSet::evict() {
   if (I->Evicted.exchange(true))
     return;
+  if (!I->Target)
+    return;
   // 1. No compile may still read the bound set.
-  (void)waitForCode();
-  // 2. Code first (it bakes in the bound addresses), then the references.
-  I->Fn.store(nullptr, std::memory_order_release);
-  {
-    std::lock_guard<std::mutex> Lock(I->CompileLock);
-    I->Code.reset();
-  }
-  I->Bound.reset();
+  waitTarget(*I->Target, -1);
+  if (I->Target->Skip)
+    waitTarget(*I->Target->Skip->Residual, -1);
+  // 2. The background thread's references to the target go now (GIL held),
+  //    then ours: the code first (it bakes in the bound addresses), then
+  //    the bound set's references (CheckTarget's member order).
+  drainTierUp();
+  I->Target.reset();
   for (PyObject *O : I->Refs)
     Py_DECREF(O);
   I->Refs.clear();

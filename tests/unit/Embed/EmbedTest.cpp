@@ -3,10 +3,14 @@
 // Embeds CPython (no torch) and drives guardjit.h as a host would: load,
 // bind by callback and by name, compile blocking and in the background,
 // check, stats, evict; and every misuse the header promises is an error.
+// The life of a check is lib/Check's, as for the Python plugin: first-call
+// probation, the background tier-up swap and subtree skipping each have a
+// test here.
 //
 //===----------------------------------------------------------------------===//
 #include "guardjit/guardjit.h"
 
+#include "guardjit/Check/TierUp.h"
 #include "guardjit/Runtime/Python.h"
 
 #include <gtest/gtest.h>
@@ -287,6 +291,192 @@ TEST(EmbedTest, SetOutlivesRuntime) {
   ASSERT_TRUE(S->compile().ok());
   R.reset();
   EXPECT_TRUE(checkOf(*S, 3));
+}
+
+/// Runs `Code` in a fresh namespace and returns its `Name` (new reference).
+PyObject *pythonObject(const char *Code, const char *Name) {
+  PyObject *G = PyDict_New();
+  PyDict_SetItemString(G, "__builtins__", PyEval_GetBuiltins());
+  PyObject *R = PyRun_String(Code, Py_file_input, G, G);
+  if (!R)
+    PyErr_Print();
+  Py_XDECREF(R);
+  PyObject *O = PyDict_GetItemString(G, Name);
+  Py_XINCREF(O);
+  Py_DECREF(G);
+  return O;
+}
+
+// x must be an int, and `seen(x)` (a Python function that counts its
+// calls) true: the count shows which checks ran.
+const char *LambdaBody = R"(guard_set "lambda" {
+  object #0 = key strong "'x'" name="lit:'x'"
+  object #1 = type "<class 'int'>" name="py:builtins.int"
+  object #2 = callable strong "<function seen>" name="host:seen"
+  %0 = root source="L"
+  %1 = frame_local %0 name="x" index=0 key=#0 source="L['x']"
+  guard type_match %1 object=#1 source="L['x']"
+  guard lambda %1 object=#2 source="L['x']"
+}
+)";
+
+const char *SeenCode = R"py(
+calls = [0]
+def seen(x):
+    calls[0] += 1
+    return True
+)py";
+
+long seenCalls(PyObject *Seen) {
+  PyObject *G = PyFunction_GetGlobals(Seen); // borrowed
+  PyObject *Calls = PyDict_GetItemString(G, "calls");
+  return PyLong_AsLong(PyList_GetItem(Calls, 0));
+}
+
+TEST(EmbedTest, FirstCallOfNewCodeAlsoRunsTheInterpreter) {
+  auto R = makeRuntime();
+  auto S = loadOne(*R, header() + LambdaBody);
+  ASSERT_TRUE(S);
+  PyObject *Seen = pythonObject(SeenCode, "seen");
+  ASSERT_TRUE(Seen);
+  ASSERT_TRUE(S->bindByName({{"host:seen", Seen}}).ok());
+  // Interpreted: one call of the guard per check.
+  EXPECT_TRUE(checkOf(*S, 3));
+  EXPECT_EQ(seenCalls(Seen), 1);
+  ASSERT_TRUE(S->compile().ok());
+  EXPECT_EQ(S->stats().Probations, 0u);
+  // The first call of the new code: native, then the interpreter beside it.
+  EXPECT_TRUE(checkOf(*S, 3));
+  EXPECT_EQ(seenCalls(Seen), 3);
+  EXPECT_EQ(S->stats().Probations, 1u);
+  // Verified: the code alone from now on.
+  EXPECT_TRUE(checkOf(*S, 4));
+  EXPECT_EQ(seenCalls(Seen), 4);
+  SetStats St = S->stats();
+  EXPECT_EQ(St.Probations, 1u);
+  EXPECT_TRUE(St.Native);
+  EXPECT_FALSE(St.Distrusted);
+  S->evict();
+  Py_DECREF(Seen);
+}
+
+TEST(EmbedTest, BackgroundCompileSwapsInTheTierUpLevel) {
+  RuntimeOptions O;
+  O.Level = CodeLevel::O0;
+  O.TierUpLevel = CodeLevel::O1;
+  std::unique_ptr<Runtime> R;
+  ASSERT_TRUE(Runtime::create(O, &R).ok());
+  auto S = loadOne(*R, header() + Body);
+  ASSERT_TRUE(S);
+  int64_t Live = guardjit::CheckTarget::Live.load();
+  ASSERT_TRUE(S->bindByName({}).ok());
+  guardjit::TierUpStats Before = guardjit::tierUpStats();
+  ASSERT_TRUE(S->compile(/*Background=*/true).ok());
+  EXPECT_TRUE(checkOf(*S, 3)); // the interpreter or O0 code, as it lands
+  Py_BEGIN_ALLOW_THREADS;
+  Status W = S->waitForCode();
+  EXPECT_TRUE(W.ok()) << W.message();
+  Py_END_ALLOW_THREADS;
+  // Two compiles on the background thread, both swapped in: O0, then O1.
+  guardjit::TierUpStats After = guardjit::tierUpStats();
+  EXPECT_EQ(After.Scheduled - Before.Scheduled, 2u);
+  EXPECT_EQ(After.Installed - Before.Installed, 2u);
+  EXPECT_EQ(After.Failed - Before.Failed, 0u);
+  SetStats St = S->stats();
+  EXPECT_TRUE(St.Native);
+  EXPECT_EQ(St.Level, CodeLevel::O1);
+  EXPECT_TRUE(checkOf(*S, 3));
+  EXPECT_FALSE(checkOf(*S, 4));
+  // The O1 code was on probation for its first call.
+  EXPECT_GE(S->stats().Probations, 1u);
+  EXPECT_FALSE(S->stats().Distrusted);
+  EXPECT_TRUE(S->compile(true).ok()); // compiled already: nothing queued
+  EXPECT_EQ(guardjit::tierUpStats().Scheduled, After.Scheduled);
+  // Evict frees the target at once, though the compile thread held it.
+  EXPECT_EQ(guardjit::CheckTarget::Live.load(), Live + 1);
+  S->evict();
+  EXPECT_EQ(guardjit::CheckTarget::Live.load(), Live);
+}
+
+const char *NodeCode = R"py(
+class Node:
+    def __init__(self):
+        self.scale = 0.5
+)py";
+
+// L['m'] is a Node whose scale is 0.5: the equality is implied by "m's
+// __dict__ is unchanged"; the type check stays in the residual check.
+const char *SkipBody = R"(guard_set "skip" {
+  object #0 = key strong "'m'" name="lit:'m'"
+  object #1 = type "<class 'Node'>" name="host:Node"
+  object #2 = key strong "'scale'" name="lit:'scale'"
+  object #3 = constant strong "0.5" name="lit:0.5"
+  %0 = root source="L"
+  %1 = frame_local %0 name="m" index=0 key=#0 source="L['m']"
+  %2 = getattr %1 name="scale" key=#2 source="L['m'].scale"
+  guard type_match %1 object=#1 source="L['m']"
+  guard equals_match %2 object=#3 source="L['m'].scale"
+}
+)";
+
+bool checkLocals(LoadedSet &S, PyObject *D) {
+  bool Pass = false;
+  Status St = S.check(D, &Pass);
+  EXPECT_TRUE(St.ok()) << St.message();
+  return Pass;
+}
+
+TEST(EmbedTest, SubtreeSkipHitsUntilTheObjectChanges) {
+  auto R = makeRuntime();
+  auto S = loadOne(*R, header() + SkipBody);
+  ASSERT_TRUE(S);
+  PyObject *NodeType = pythonObject(NodeCode, "Node");
+  ASSERT_TRUE(NodeType);
+  int64_t Live = guardjit::CheckTarget::Live.load();
+  ASSERT_TRUE(S->bindByName({{"host:Node", NodeType}}).ok());
+  PyObject *M = PyObject_CallNoArgs(NodeType);
+  PyObject *D = PyDict_New();
+  PyDict_SetItemString(D, "m", M);
+  Status E = S->enableSubtreeSkip(D);
+  ASSERT_TRUE(E.ok()) << E.message();
+  EXPECT_TRUE(S->stats().SubtreeSkip);
+
+  // Interpreted set: skipping at once. The first check records, the next
+  // ones validate and run the residual check only.
+  EXPECT_TRUE(checkLocals(*S, D));
+  EXPECT_EQ(S->stats().SkipHits, 0u);
+  EXPECT_TRUE(checkLocals(*S, D));
+  EXPECT_TRUE(checkLocals(*S, D));
+  EXPECT_EQ(S->stats().SkipHits, 2u);
+
+  // A change the validation sees: the full check answers.
+  PyObject *Other = PyFloat_FromDouble(0.75);
+  PyObject_SetAttrString(M, "scale", Other);
+  EXPECT_FALSE(checkLocals(*S, D));
+  EXPECT_EQ(S->stats().SkipFallbacks, 1u);
+  PyObject *Half = PyFloat_FromDouble(0.5);
+  PyObject_SetAttrString(M, "scale", Half);
+  EXPECT_TRUE(checkLocals(*S, D)); // full check, records again
+
+  // Native: the residual check is compiled too, and skipping resumes.
+  ASSERT_TRUE(S->compile().ok());
+  Py_BEGIN_ALLOW_THREADS;
+  Status W = S->waitForCode();
+  EXPECT_TRUE(W.ok()) << W.message();
+  Py_END_ALLOW_THREADS;
+  EXPECT_TRUE(S->stats().ResidualNative);
+  uint64_t Hits = S->stats().SkipHits;
+  EXPECT_TRUE(checkLocals(*S, D));
+  EXPECT_TRUE(checkLocals(*S, D));
+  EXPECT_GT(S->stats().SkipHits, Hits);
+  EXPECT_EQ(guardjit::CheckTarget::Live.load(), Live + 2); // and the residual
+  S->evict();
+  EXPECT_EQ(guardjit::CheckTarget::Live.load(), Live);
+  Py_DECREF(Half);
+  Py_DECREF(Other);
+  Py_DECREF(D);
+  Py_DECREF(M);
+  Py_DECREF(NodeType);
 }
 
 } // namespace

@@ -1,19 +1,18 @@
 //===- TierUp.cpp - Recompile hot checks off the calling thread -----------===//
-#include "TierUp.h"
+#include "guardjit/Check/TierUp.h"
 
-#include "Logging.h"
-
-#include "llvm/Support/Error.h"
-#include "llvm/Support/ThreadPool.h"
-#include "llvm/Support/Threading.h"
+#include "guardjit/Check/Log.h"
 
 #include <Python.h>
 #include <pthread.h>
 
 #include <chrono>
-#include <cstdio>
 #include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <functional>
 #include <mutex>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -23,7 +22,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 /// Everything the worker shares with the GIL holder. Allocated once per
-/// process (and again in a fork child) and never freed: the pool's thread
+/// process (and again in a fork child) and never freed: the worker thread
 /// must not be joined by a static destructor after Python finalized.
 struct State {
   std::mutex Lock; ///< guards the fields below
@@ -35,8 +34,11 @@ struct State {
   bool DrainScheduled = false;
   /// Held by the worker while it compiles and swaps; fork() takes it first.
   std::mutex Busy;
-  /// Created at the first schedule(): one thread, never a second.
-  llvm::StdThreadPool *Pool = nullptr;
+  /// Jobs in order; one thread runs them, started at the first schedule()
+  /// and never a second.
+  std::deque<std::function<void()>> Queue;
+  std::condition_variable Work;
+  bool Started = false;
 };
 
 State *S = nullptr;
@@ -62,14 +64,28 @@ int drainPendingCall(void *) {
   return 0;
 }
 
-/// Hands the worker's reference to the GIL holder. Worker thread, no GIL.
-void bury(std::shared_ptr<CheckTarget> T) {
+/// Hands the worker's reference to the GIL holder and counts the job done,
+/// in one step: a thread waiting for the target (waitTarget) finds it in
+/// the graveyard. Worker thread, no GIL.
+void finishJob(std::shared_ptr<CheckTarget> T, bool Dropped, bool Failed,
+               double Ms, std::string Error) {
   bool Schedule;
   {
     std::lock_guard<std::mutex> G(S->Lock);
+    --T->PendingJobs;
+    if (Failed)
+      T->LastCompileError = Error;
     S->Graveyard.push_back(std::move(T));
     Schedule = !S->DrainScheduled;
     S->DrainScheduled = true;
+    --S->Stats.Pending;
+    S->Stats.Dropped += Dropped;
+    S->Stats.Failed += Failed;
+    S->Stats.Installed += !Dropped && !Failed;
+    S->Stats.CompileMs += Ms;
+    if (Failed)
+      S->Stats.LastError = std::move(Error);
+    S->Idle.notify_all();
   }
   // Needs neither the GIL nor a thread state. On failure (the queue of
   // pending calls is full) the next schedule()/wait() drains instead.
@@ -79,31 +95,40 @@ void bury(std::shared_ptr<CheckTarget> T) {
   }
 }
 
-void finishJob(std::shared_ptr<CheckTarget> T, bool Dropped, bool Failed,
-               double Ms, std::string Error) {
-  bury(std::move(T));
-  std::lock_guard<std::mutex> G(S->Lock);
-  --S->Stats.Pending;
-  S->Stats.Dropped += Dropped;
-  S->Stats.Failed += Failed;
-  S->Stats.Installed += !Dropped && !Failed;
-  S->Stats.CompileMs += Ms;
-  if (Failed)
-    S->Stats.LastError = std::move(Error);
-  if (S->Stats.Pending == 0)
-    S->Idle.notify_all();
+void workerLoop(State *St) {
+  for (;;) {
+    std::function<void()> Job;
+    {
+      std::unique_lock<std::mutex> G(St->Lock);
+      St->Work.wait(G, [&] { return !St->Queue.empty(); });
+      Job = std::move(St->Queue.front());
+      St->Queue.pop_front();
+    }
+    Job();
+  }
 }
 
-void runJob(std::shared_ptr<CheckTarget> T, GuardJIT *Engine, GuardJIT *Then);
+void runJob(std::shared_ptr<CheckTarget> T, std::shared_ptr<CodeProvider> P,
+            std::shared_ptr<CodeProvider> Then);
 
-/// Queues a job. Either thread; the caller has counted it as pending.
-void post(std::shared_ptr<CheckTarget> T, GuardJIT *Engine, GuardJIT *Then) {
-  S->Pool->async([T = std::move(T), Engine, Then]() mutable {
-    runJob(std::move(T), Engine, Then);
+/// Queues a job. Either thread, S->Lock held; the caller has counted it as
+/// pending.
+void post(std::shared_ptr<CheckTarget> T, std::shared_ptr<CodeProvider> P,
+          std::shared_ptr<CodeProvider> Then) {
+  ++T->PendingJobs;
+  S->Queue.push_back([T = std::move(T), P = std::move(P),
+                      Then = std::move(Then)]() mutable {
+    runJob(std::move(T), std::move(P), std::move(Then));
   });
+  if (!S->Started) {
+    S->Started = true;
+    std::thread(workerLoop, S).detach();
+  }
+  S->Work.notify_one();
 }
 
-void runJob(std::shared_ptr<CheckTarget> T, GuardJIT *Engine, GuardJIT *Then) {
+void runJob(std::shared_ptr<CheckTarget> T, std::shared_ptr<CodeProvider> P,
+            std::shared_ptr<CodeProvider> Then) {
   bool Drop;
   {
     std::lock_guard<std::mutex> G(S->Lock);
@@ -115,59 +140,42 @@ void runJob(std::shared_ptr<CheckTarget> T, GuardJIT *Engine, GuardJIT *Then) {
     return finishJob(std::move(T), /*Dropped=*/true, false, 0, "");
   std::unique_lock<std::mutex> Busy(S->Busy);
   auto Start = Clock::now();
-  llvm::Expected<std::unique_ptr<CompiledCheck>> C = Engine->compile(*T->Bound);
+  std::string Error;
+  std::shared_ptr<CheckCode> New = P->compile(*T->Bound, &Error);
   double Ms =
       std::chrono::duration<double, std::milli>(Clock::now() - Start).count();
-  if (!C) {
+  if (!New) {
     Busy.unlock();
     return finishJob(std::move(T), false, /*Failed=*/true, Ms,
-                     llvm::toString(C.takeError()));
+                     std::move(Error));
   }
-  std::shared_ptr<CompiledCheck> New(std::move(*C));
-  if (logEnabled(LogLevel::Debug)) { // thread-safe, no GIL (Logging.h)
-    const CompileStats &St = New->stats();
+  if (checkLogEnabled(CheckLogLevel::Debug)) { // thread-safe, no GIL (Log.h)
+    CodeStats St = New->stats();
     char Ms[96];
     std::snprintf(Ms, sizeof(Ms), "%.2f ms lowering + %.2f ms LLVM",
                   St.LowerMs, St.CompileMs);
-    logMessage(LogLevel::Debug,
-               "guard set " + T->Bound->set().name() + ": " +
-                   std::to_string(St.NumGuards) + " guards compiled at " +
-                   optLevelName(Engine->options().Level) +
-                   " in the background (" + std::to_string(St.NumInlined) +
-                   " inlined, " + std::to_string(St.NumHelpers) +
-                   " helper calls) in " + Ms);
+    checkLog(CheckLogLevel::Debug,
+             "guard set " + T->Bound->set().name() + ": " +
+                 std::to_string(St.NumGuards) + " guards compiled at " +
+                 P->levelName() + " in the background (" +
+                 std::to_string(St.NumInlined) + " inlined, " +
+                 std::to_string(St.NumHelpers) + " helper calls) in " + Ms);
   }
   if (T->Distrusted) { // read without the GIL: at worst one more compile
     Busy.unlock();
     return finishJob(std::move(T), /*Dropped=*/true, false, Ms, "");
   }
-  // The first call of the new code also runs the interpreter (runFull).
-  T->Unverified.store(New->function(), std::memory_order_relaxed);
-  {
-    std::lock_guard<std::mutex> G(T->CodeLock);
-    // The code is complete before its address is published (callCheck
-    // loads with acquire), and published before the old code is retired:
-    // a call that sees RetiredPending (after taking CodeLock) sees the new
-    // Fn, so only calls in flight can still run the old code.
-    T->Fn.store(New->function(), std::memory_order_release);
-    T->Level.store(static_cast<int>(Engine->options().Level),
-                   std::memory_order_relaxed);
-    if (T->Native) {
-      T->Retired.push_back(std::move(T->Native));
-      T->RetiredPending.store(true, std::memory_order_relaxed);
-    }
-    T->Native = New;
-  }
+  installCode(*T, std::move(New), /*Verify=*/true);
   Busy.unlock();
   // The next level, as its own job: a unit compiled at the default tier is
   // recompiled at the tier-up level only after every earlier job ran, so a
   // burst of new units all get their first code before any tier-up.
-  if (Then && Then->options().Level > Engine->options().Level) {
+  if (Then && Then->level() > P->level()) {
     std::lock_guard<std::mutex> G(S->Lock);
     if (!S->Stopped) {
       ++S->Stats.Scheduled;
       ++S->Stats.Pending;
-      post(T, Then, nullptr);
+      post(T, std::move(Then), nullptr);
     }
   }
   finishJob(std::move(T), false, false, Ms, "");
@@ -201,20 +209,18 @@ State &state() {
 
 } // namespace
 
-bool scheduleTierUp(std::shared_ptr<CheckTarget> Target, GuardJIT &Engine,
-                    GuardJIT *Then) {
+bool scheduleTierUp(std::shared_ptr<CheckTarget> Target,
+                    std::shared_ptr<CodeProvider> Provider,
+                    std::shared_ptr<CodeProvider> Then, bool HoldsGil) {
   State &St = state();
-  drainGraveyard();
-  {
-    std::lock_guard<std::mutex> G(St.Lock);
-    if (St.Stopped)
-      return false;
-    ++St.Stats.Scheduled;
-    ++St.Stats.Pending;
-    if (!St.Pool)
-      St.Pool = new llvm::StdThreadPool(llvm::hardware_concurrency(1));
-  }
-  post(std::move(Target), &Engine, Then);
+  if (HoldsGil)
+    drainGraveyard();
+  std::lock_guard<std::mutex> G(St.Lock);
+  if (St.Stopped)
+    return false;
+  ++St.Stats.Scheduled;
+  ++St.Stats.Pending;
+  post(std::move(Target), std::move(Provider), std::move(Then));
   return true;
 }
 
@@ -236,6 +242,28 @@ bool waitTierUp(double TimeoutS) {
   return Empty;
 }
 
+bool waitTarget(const CheckTarget &T, double TimeoutS) {
+  State &St = state();
+  std::unique_lock<std::mutex> G(St.Lock);
+  auto Done = [&] { return T.PendingJobs == 0; };
+  if (TimeoutS < 0)
+    St.Idle.wait(G, Done);
+  else
+    St.Idle.wait_for(G, std::chrono::duration<double>(TimeoutS), Done);
+  return Done();
+}
+
+std::string targetCompileError(const CheckTarget &T) {
+  State &St = state();
+  std::lock_guard<std::mutex> G(St.Lock);
+  return T.LastCompileError;
+}
+
+void drainTierUp() {
+  if (S)
+    drainGraveyard();
+}
+
 TierUpStats tierUpStats() {
   State &St = state();
   std::lock_guard<std::mutex> G(St.Lock);
@@ -249,11 +277,12 @@ void stopTierUp() {
     St.Stopped = true;
   }
   // Queued jobs now return at once; the running one finishes.
-  if (St.Pool) {
-    Py_BEGIN_ALLOW_THREADS;
-    St.Pool->wait();
-    Py_END_ALLOW_THREADS;
+  Py_BEGIN_ALLOW_THREADS;
+  {
+    std::unique_lock<std::mutex> G(St.Lock);
+    St.Idle.wait(G, [&] { return St.Stats.Pending == 0; });
   }
+  Py_END_ALLOW_THREADS;
   drainGraveyard();
 }
 
