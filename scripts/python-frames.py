@@ -8,9 +8,9 @@ the aliasing parts and the saved-tensors-hooks lambda as Python lambdas, as
 guardjit did before they were lowered (one lambda per aliasing part), for a
 before/after comparison with one build. For every compile unit:
 the Python frames one check of Dynamo's root and of the installed root
-enter (guardjit.frames.count_python_frames) on the frame locals of a real
+enter (guardjit.lab.frames.count_python_frames) on the frame locals of a real
 call, the functions they are in, and the interleaved check times
-(guardjit.timing), as JSON lines.
+(guardjit.lab.timing), as JSON lines.
 """
 from __future__ import annotations
 
@@ -22,8 +22,9 @@ import sys
 import torch
 
 import guardjit
-from guardjit import frames, models, plugin, timing
+from guardjit import models, plugin
 from guardjit.bench import corpus, run
+from guardjit.lab import frames, timing
 
 
 def _case(name: str):

@@ -139,7 +139,7 @@ def test_subtree_skipping_is_measured(quick_run):
 
 
 def test_python_frames_are_counted(quick_run):
-    """Frames one check of each root enters (guardjit.frames), as ints, with
+    """Frames one check of each root enters (guardjit.lab.frames), as ints, with
     the per-function breakdown consistent with the total."""
     data, stdout, _ = quick_run
     for m in data["models"]:

@@ -22,7 +22,8 @@ from typing import Any
 
 import torch
 
-from guardjit import _core, plugin, timing
+from guardjit import _core, plugin
+from guardjit.lab import timing
 
 FILTERS = (
     "skip_guard_on_inbuilt_nn_modules_unsafe",

@@ -26,8 +26,8 @@ _SHORT = {
 
 
 def environment() -> dict[str, Any]:
-    """machine (guardjit.demo.machine() plus lscpu) and library versions."""
-    from guardjit import demo
+    """machine (guardjit.lab.demo.machine() plus lscpu) and library versions."""
+    from guardjit.lab import demo
 
     machine = demo.machine()
     try:

@@ -7,7 +7,7 @@ Per model, in one process:
    of guardjit's keeps, per compile unit, Dynamo's own ``RootGuardManager``,
    the root the cache entry runs (guardjit's, or Dynamo's when the unit fell
    back) and the compile-time frame locals dict. Both roots are checked on
-   that same dict, interleaved (:func:`guardjit.timing.interleaved`): hot
+   that same dict, interleaved (:func:`guardjit.lab.timing.interleaved`): hot
    (repeated calls) and cold (a cache-flushing sweep before each timed call).
    For a model with several compile units, one A call checks every unit once.
 2. **Cache lookup and end to end.** ``torch.compile`` and ``guardjit.compile``
@@ -29,7 +29,7 @@ Per model, in one process:
 
 Per model, ``python_frames_dynamo`` / ``python_frames_guardjit`` count the
 Python frames one check of each root enters on the same frame locals
-(:mod:`guardjit.frames`).
+(:mod:`guardjit.lab.frames`).
 
 Everything runs under ``torch.no_grad()`` (a serving loop). A step that fails
 is recorded with its error; a compile unit left on Dynamo's path is recorded
@@ -51,9 +51,10 @@ from typing import Any
 import torch
 
 import guardjit
-from guardjit import _core, plugin, timing
+from guardjit import _core, plugin
 from guardjit.bench.corpus import BenchCase
 from guardjit.bench.lookup import LOOKUP_EVENT, profile_lookup_us, raw_self_us  # noqa: F401
+from guardjit.lab import timing
 
 FILTERS = (
     "skip_guard_on_inbuilt_nn_modules_unsafe",
@@ -300,10 +301,9 @@ def fix_frame_locals(case: BenchCase, captured: list[Captured]) -> int:
 
 def python_frames(captured: list[Captured]) -> dict[str, Any]:
     """Python frames one check of each root enters on the same frame locals
-    (guardjit.frames), summed over the units, with guardjit's by function."""
-    from guardjit.frames import python_frames_by_function as frames_by_code
-
+    (guardjit.lab.frames), summed over the units, with guardjit's by function."""
     from guardjit import pyattr
+    from guardjit.lab.frames import python_frames_by_function as frames_by_code
 
     dyn, gj = collections.Counter(), collections.Counter()
     before = pyattr.stats()

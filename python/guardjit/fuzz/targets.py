@@ -288,7 +288,7 @@ def build(spec: TargetSpec, sides: str = "both") -> Target:
 
 
 def _entry_locals(entry: Any, args: tuple, kwargs: dict, code: Any) -> dict | None:
-    from guardjit.routing import capture_locals
+    from guardjit.lab.routing import capture_locals
 
     if code is None:
         return None
