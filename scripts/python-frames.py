@@ -23,7 +23,8 @@ import torch
 
 import guardjit
 from guardjit import models, plugin
-from guardjit.bench import corpus, run
+from guardjit.bench import corpus
+from guardjit.bench.capture import capture_units, entry_locals, keep_units
 from guardjit.lab import frames, timing
 
 
@@ -37,7 +38,7 @@ def _case(name: str):
 def measure(name: str, rounds: int) -> dict:
     case = _case(name)
     torch._dynamo.reset()
-    with run.keep_units(), run.capture_units() as captured:
+    with keep_units(), capture_units() as captured:
         model = guardjit.compile(case.model, backend="eager")
         args, kwargs = case.inputs()
         model(*args, **kwargs)
@@ -48,7 +49,7 @@ def measure(name: str, rounds: int) -> dict:
     for c, u in zip(captured, units):
         fl = c.f_locals
         if not (c.dynamo_root.check(fl) and c.final_root.check(fl)):
-            fl = run._entry_locals(case, c.code)
+            fl = entry_locals(case, c.code)
         row = {
             "status": u.status,
             "python_guards": u.python_guards,

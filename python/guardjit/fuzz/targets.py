@@ -39,7 +39,7 @@ import torch._dynamo.guards as dynamo_guards
 
 import guardjit
 from guardjit import _core, plugin
-from guardjit.bench.run import FILTERS  # torch's six guard_filter_fn helpers
+from guardjit.bench.options import FILTERS  # torch's six guard_filter_fn helpers
 
 OPTIONS = ("default",) + FILTERS + ("install_free_tensors", "dict_tags", "multi_entry")
 # Corpus models small enough for many fuzz cases (quick sizes); all ten by default.
