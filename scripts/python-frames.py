@@ -8,9 +8,9 @@ the aliasing parts and the saved-tensors-hooks lambda as Python lambdas, as
 guardjit did before they were lowered (one lambda per aliasing part), for a
 before/after comparison with one build. For every compile unit:
 the Python frames one check of Dynamo's root and of the installed root
-enter (guardjit.frames.count_python_frames) on the frame locals of a real
+enter (guardjit.lab.frames.count_python_frames) on the frame locals of a real
 call, the functions they are in, and the interleaved check times
-(guardjit.timing), as JSON lines.
+(guardjit.lab.timing), as JSON lines.
 """
 from __future__ import annotations
 
@@ -22,8 +22,10 @@ import sys
 import torch
 
 import guardjit
-from guardjit import frames, models, plugin, timing
-from guardjit.bench import corpus, run
+from guardjit import models, plugin
+from guardjit.bench import corpus
+from guardjit.bench.capture import capture_units, entry_locals, keep_units
+from guardjit.lab import frames, timing
 
 
 def _case(name: str):
@@ -36,7 +38,7 @@ def _case(name: str):
 def measure(name: str, rounds: int) -> dict:
     case = _case(name)
     torch._dynamo.reset()
-    with run.keep_units(), run.capture_units() as captured:
+    with keep_units(), capture_units() as captured:
         model = guardjit.compile(case.model, backend="eager")
         args, kwargs = case.inputs()
         model(*args, **kwargs)
@@ -47,7 +49,7 @@ def measure(name: str, rounds: int) -> dict:
     for c, u in zip(captured, units):
         fl = c.f_locals
         if not (c.dynamo_root.check(fl) and c.final_root.check(fl)):
-            fl = run._entry_locals(case, c.code)
+            fl = entry_locals(case, c.code)
         row = {
             "status": u.status,
             "python_guards": u.python_guards,

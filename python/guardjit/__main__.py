@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bench":
         return _bench(args)
     if args.command == "demo":
-        from guardjit import demo as demo_mod
+        from guardjit.lab import demo as demo_mod
 
         return demo_mod.main(args.models, args.backend, args.json, args.rounds, args.opt_level)
     parser.error(f"unknown command {args.command}")

@@ -38,9 +38,10 @@ def _plugin_ready() -> bool:
     cannot run here, after one warning)."""
     global _ready
     if _ready is None:
-        import guardjit
+        # guardjit.enabled(), from _compat: the package imports this module.
+        from guardjit import _compat
 
-        _ready = guardjit.enabled()
+        _ready = _compat.verified()
         if _ready:
             from guardjit import plugin
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 
 import guardjit
-from guardjit import demo, models, plugin, tiering
+from guardjit import models, plugin, tiering
+from guardjit.lab import demo
 
 CASES = sorted(models.DEFAULT_MODELS)
 

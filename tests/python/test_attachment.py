@@ -17,7 +17,7 @@ from torch import nn
 
 import guardjit
 from guardjit import _core, plugin
-from guardjit.bench import run as bench_run
+from guardjit.bench import capture
 
 
 class Small(nn.Module):
@@ -176,7 +176,7 @@ def test_units_outside_guardjit_are_not_listed():
 def test_bench_captures_units_despite_another_hook(testing_hook):
     hook, seen = testing_hook
     dynamo_guards.guard_manager_testing_hook_fn = hook
-    with bench_run.capture_units() as got:
+    with capture.capture_units() as got:
         guardjit.compile(Small(), backend="eager")(_x())
     assert len(got) == 1 and seen == [True]
     (c,) = got
@@ -188,7 +188,7 @@ def test_bench_captures_units_despite_another_hook(testing_hook):
 
 
 def test_bench_captures_plain_torch_units_too():
-    with bench_run.capture_units() as got:
+    with capture.capture_units() as got:
         torch.compile(Small(), backend="eager")(_x())  # guardjit not active
     assert len(got) == 1
     assert got[0].dynamo_root is got[0].final_root  # left as Dynamo built it

@@ -7,7 +7,8 @@ from __future__ import annotations
 import torch
 
 import guardjit
-from guardjit import demo, models, plugin
+from guardjit import models, plugin
+from guardjit.lab import demo
 
 
 def _agree(unit: plugin.Unit, f_locals: dict) -> bool:

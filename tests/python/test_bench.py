@@ -16,7 +16,9 @@ import sys
 import pytest
 
 from guardjit.bench.corpus import CORPUS
-from guardjit.bench.run import FILTERS, LOOKUP_OPTIONS, MODEL_FIELDS, OPTIONS, STANCE, UNSAFE
+from guardjit.bench.options import (FILTERS, LABELS, LOOKUP_OPTIONS, OPTIONS, STANCE, UNSAFE,
+                                    option_kwargs)
+from guardjit.bench.run import MODEL_FIELDS
 
 HF_MODELS = ("gpt2", "bert", "llama", "mistral", "t5")
 NUMERIC = ("guards", "dynamo_check_us", "guardjit_check_us", "ratio", "lookup_us_torch",
@@ -56,6 +58,21 @@ def quick_run(tmp_path_factory):
 
 def test_corpus_size():
     assert len(CORPUS) >= 8
+
+
+def test_options_are_torchs_and_labelled():
+    """The filters are torch.compiler's six, each option has one short label
+    and one torch.compile/config setting."""
+    import torch
+
+    exported = {n for n in dir(torch.compiler)
+                if n.endswith("_unsafe") and n.startswith(("skip_", "keep_"))
+                and n != STANCE}
+    assert len(FILTERS) == 6 and set(FILTERS) == exported
+    assert set(OPTIONS) == set(LABELS) and len(set(LABELS.values())) == len(LABELS)
+    for name in OPTIONS:
+        if name != STANCE:
+            assert option_kwargs(name) != ({}, {}), name
 
 
 def test_machine_and_versions(quick_run):
@@ -139,7 +156,7 @@ def test_subtree_skipping_is_measured(quick_run):
 
 
 def test_python_frames_are_counted(quick_run):
-    """Frames one check of each root enters (guardjit.frames), as ints, with
+    """Frames one check of each root enters (guardjit.lab.frames), as ints, with
     the per-function breakdown consistent with the total."""
     data, stdout, _ = quick_run
     for m in data["models"]:
@@ -171,7 +188,7 @@ def test_table_and_plot(quick_run):
 def test_passes_are_recorded(quick_run):
     """Per model: guards and check µs as recorded, after the default
     pipeline and after each filter; the guide's combination."""
-    from guardjit.bench.passes import GUIDE, VARIANTS
+    from guardjit.bench.passes import VARIANTS
 
     data, stdout, _ = quick_run
     for m in data["models"]:
@@ -184,5 +201,5 @@ def test_passes_are_recorded(quick_run):
             assert row["guards"] <= p["none"]["guards"], (m["name"], name)
             assert isinstance(row["us"], float) and isinstance(row["us_none"], float)
         assert p["skip_all_guards_unsafe"]["guards"] == 0, m["name"]
-        assert p[GUIDE].get("status") in ("native", "partial", "fallback"), (m["name"], p[GUIDE])
+        assert p[UNSAFE].get("status") in ("native", "partial", "fallback"), (m["name"], p[UNSAFE])
     assert "free-tensors+skip-all-nn" in stdout

@@ -10,7 +10,7 @@ For each corpus model and each of torch's six guard filters
 * guardjit's: the unfiltered recording of the same model with the filter
   pass of the same name run on it (``_core.run_pipeline``).
 
-Both are compared id-free (``guardjit.girtext.guard_view``): the same checks
+Both are compared id-free (``guardjit.lab.girtext.guard_view``): the same checks
 (kind, operand sources, payload, source, location, verbose code part), the
 same Dynamo guard (guard_type, name) behind each, and the same accessor reads.
 
@@ -31,7 +31,8 @@ import torch
 from torch._dynamo.testing import CompileCounter
 
 import guardjit
-from guardjit import _core, girtext, plugin
+from guardjit import _core, plugin
+from guardjit.lab import girtext
 from guardjit.bench.corpus import CORPUS
 
 FILTERS = (

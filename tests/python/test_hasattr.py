@@ -217,11 +217,11 @@ def test_config_hasattr_flips_agree_with_dynamo():
     # The frame locals at entry of a real call (the compile-time dict goes
     # stale: transformers' output wrappers write into their `kwargs`).
     from guardjit.bench.corpus import BenchCase
-    from guardjit.bench.run import _entry_locals
+    from guardjit.bench.capture import entry_locals
 
     case = BenchCase("gpt2", model, lambda: (ids,))
     with torch.no_grad():
-        frames = [_entry_locals(case, u.code) for u in units]
+        frames = [entry_locals(case, u.code) for u in units]
 
     def agree(label):
         rows = []

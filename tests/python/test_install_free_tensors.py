@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import guardjit
-from guardjit import demo, models, plugin
+from guardjit import models, plugin
+from guardjit.lab import demo
 
 COMBOS = {
     "install_free_tensors": {},

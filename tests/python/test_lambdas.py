@@ -24,7 +24,8 @@ import torch
 from torch import nn
 
 import guardjit
-from guardjit import aliasing, frames, lambdas, plugin
+from guardjit import aliasing, lambdas, plugin
+from guardjit.lab import frames
 
 
 def _agree(u, f_locals) -> bool:

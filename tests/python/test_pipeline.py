@@ -13,7 +13,8 @@ import pytest
 import torch
 
 import guardjit
-from guardjit import _core, demo, models, plugin
+from guardjit import _core, models, plugin
+from guardjit.lab import demo
 
 STRUCTURAL = ("cse", "dedup", "fold-implied", "dead-values", "order")
 

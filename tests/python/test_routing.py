@@ -1,4 +1,4 @@
-"""guardjit.routing judges which cache entry serves a call under the stance.
+"""guardjit.lab.routing judges which cache entry serves a call under the stance.
 
 In-process, plain torch (these tests never install guardjit): torch 2.13
 routes the issue's cache-line pickup correctly; the checker must say so, and
@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch._C._dynamo.guards import RootGuardManager
 
-from guardjit import routing
+from guardjit.lab import routing
 
 
 def pickup(x, a=None, b=None):

@@ -637,7 +637,7 @@ def test_mutations_under_torchs_options_as_plain_torch(option):
     torch unfiltered, which looked like guardjit missing the requires_grad
     guard torch keeps. Under both nn-module filters torch drops the Linear
     weight's TENSOR_MATCH, so requires_grad_ recompiles neither side."""
-    from guardjit.bench.run import option_kwargs
+    from guardjit.bench.options import option_kwargs
 
     compile_kwargs, config = option_kwargs(option)
     with torch._dynamo.config.patch(**config), torch.no_grad():

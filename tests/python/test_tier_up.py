@@ -20,7 +20,7 @@ import torch
 
 import guardjit
 from guardjit import _core, plugin, tiering
-from guardjit.bench import run
+from guardjit.bench import capture
 
 
 @pytest.fixture
@@ -44,7 +44,7 @@ class Block(torch.nn.Module):
 
 def _compiled_unit(model, x):
     torch._dynamo.reset()
-    with run.keep_units(), run.capture_units() as captured:
+    with capture.keep_units(), capture.capture_units() as captured:
         opt = guardjit.compile(model, backend="eager")
         opt(x)
         units = plugin.units()
@@ -327,10 +327,10 @@ def test_fork_child_gets_its_own_worker():
     r = _run_child("""
         import os, torch, guardjit
         from guardjit import plugin, tiering
-        from guardjit.bench import run
+        from guardjit.bench import capture
         def unit(n):
             m = torch.nn.Sequential(*[torch.nn.Linear(8, 8) for _ in range(n)])
-            with run.keep_units():
+            with capture.keep_units():
                 opt = guardjit.compile(m, backend="eager")
                 x = torch.randn(2, 8)
                 assert torch.equal(opt(x), m(x))

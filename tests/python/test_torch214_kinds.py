@@ -27,7 +27,8 @@ import torch._dynamo.guards as dynamo_guards
 from torch._dynamo.testing import CompileCounter
 
 import guardjit
-from guardjit import _core, frames, lambdas, plugin
+from guardjit import _core, lambdas, plugin
+from guardjit.lab import frames
 
 TORCH_214 = hasattr(dynamo_guards.GuardBuilder, "COW_TENSOR_MATCH")
 needs_214 = pytest.mark.skipif(

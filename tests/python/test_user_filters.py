@@ -19,7 +19,8 @@ from torch._dynamo.types import GuardFilterEntry
 from torch._dynamo.utils import counters
 
 import guardjit
-from guardjit import demo, models, plugin
+from guardjit import models, plugin
+from guardjit.lab import demo
 
 SIX = (
     "skip_guard_on_inbuilt_nn_modules_unsafe",

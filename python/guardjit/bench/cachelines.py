@@ -91,7 +91,7 @@ def measure(models: list[str], reps: int, sweep_bytes: int) -> None:
 
     import guardjit
     from guardjit import plugin
-    from guardjit.bench import run
+    from guardjit.bench.capture import capture_units, fix_frame_locals, keep_units
     from guardjit.bench.corpus import CORPUS
 
     h = _helper()
@@ -100,13 +100,13 @@ def measure(models: list[str], reps: int, sweep_bytes: int) -> None:
         for name in models:
             case = CORPUS[name](False)
             torch._dynamo.reset()
-            with run.keep_units(), run.capture_units() as cap:
+            with keep_units(), capture_units() as cap:
                 m = guardjit.compile(case.model, backend="eager")
                 args, kwargs = case.inputs()
                 m(*args, **kwargs)
                 m(*args, **kwargs)
                 plugin.wait_for_tier_up()
-            run.fix_frame_locals(case, cap)
+            fix_frame_locals(case, cap)
             for c in cap:
                 for _ in range(3):  # warm: lazily built state, memo slots
                     c.dynamo_root.check(c.f_locals)

@@ -19,7 +19,7 @@ Cache Lookup" µs per call under the stance (median of rounds per input, mean
 over the warmed inputs; with ``--repeats N``, the median over N processes
 per configuration, run interleaved); ``*_routed_ok``, every warmed input
 served by the entry a full lookup picks, with eager's result, in every order
-replayed (:mod:`guardjit.routing`), in every process. The lookup numbers come
+replayed (:mod:`guardjit.lab.routing`), in every process. The lookup numbers come
 from different processes (not the same-process interleave of
 shared/MEASURING.md: compare them as rough, not as ratios).
 

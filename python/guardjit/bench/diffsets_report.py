@@ -237,7 +237,7 @@ def markdown_report(data: dict[str, Any], json_name: str = "diffsets.json",
         "* **routed**: `ok` when, under the stance, every warmed input in every replayed order "
         "(all permutations up to 4 inputs, else 12 seeded ones; each hit moves its entry to "
         "the front) was served by the entry a full-guard lookup picks in the same cache "
-        "order, with eager's result (python/guardjit/routing.py); otherwise misrouted calls / "
+        "order, with eager's result (python/guardjit/lab/routing.py); otherwise misrouted calls / "
         "calls.",
         "",
         table(data, markdown=True),

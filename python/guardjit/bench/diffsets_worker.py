@@ -8,13 +8,13 @@ scenario and configuration: plain torch (``GUARDJIT`` unset) or guardjit
 ``GUARDJIT_DIFFSET_POLICY``). This process:
 
 1. builds the scenario (:mod:`guardjit.bench.scenarios`) with a
-   :class:`~guardjit.routing.TaggingBackend` and warms it up: every input
+   :class:`~guardjit.lab.routing.TaggingBackend` and warms it up: every input
    once, in order (with ``stance_after``, the inputs before it once under
    the stance first);
 2. counts, per compile unit (cache entry), the leaf guards of its
    differentiating root (:func:`diff_guards`) and of its full root;
 3. checks routing under ``skip_guard_eval_unsafe`` in every order of
-   :func:`guardjit.routing.orders` (:func:`guardjit.routing.check_routing`),
+   :func:`guardjit.lab.routing.orders` (:func:`guardjit.lab.routing.check_routing`),
    then the same replay without the stance (the oracle against Dynamo's own
    full lookup: it must hold, or the scenario is broken);
 4. measures the "TorchDynamo Cache Lookup" µs per call under the stance:
@@ -40,8 +40,8 @@ from typing import Any
 
 import torch
 
-from guardjit import routing
 from guardjit.bench.lookup import profile_lookup_us
+from guardjit.lab import routing
 
 
 def _err(e: BaseException) -> str:

@@ -30,9 +30,10 @@ from typing import Any
 import torch
 
 import guardjit
-from guardjit import plugin, timing
-from guardjit.bench.run import (SideBackend, _ratio_stats, capture_units, interleaved_lookups,
-                                keep_units)
+from guardjit import plugin
+from guardjit.bench.capture import capture_units, keep_units
+from guardjit.bench.run import SideBackend, _ratio_stats, interleaved_lookups
+from guardjit.lab import timing
 
 CASES = {
     "empty": "skip_all_guards_unsafe",

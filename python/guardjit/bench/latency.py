@@ -28,7 +28,7 @@ import torch
 
 from guardjit import _core, plugin, tiering
 from guardjit.bench import corpus
-from guardjit.bench.run import keep_units
+from guardjit.bench.capture import keep_units
 
 
 def _first_call_ms(compile_fn: Any, case: corpus.BenchCase) -> tuple[float, Any]:

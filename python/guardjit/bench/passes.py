@@ -12,28 +12,24 @@ Each variant is bound, JIT-compiled and checked on the same frame locals;
 its time is measured interleaved against ``none`` (MEASURING.md), so
 ``us`` and ``us_none`` of one row come from the same rounds. Then the
 guide's recommended combination (``install_free_tensors`` +
-``skip_guard_on_all_nn_modules_unsafe``) is compiled and Dynamo's filtered
-tree is timed against guardjit's check of it (``guide``).
+``skip_guard_on_all_nn_modules_unsafe``, :data:`~guardjit.bench.options.UNSAFE`)
+is compiled and Dynamo's filtered tree is timed against guardjit's check of
+it (the ``UNSAFE`` key).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from guardjit import _core, plugin, timing
+from guardjit import _core, plugin
+from guardjit.bench.capture import keep_units
+from guardjit.bench.options import FILTERS, UNSAFE
+from guardjit.lab import timing
 
-FILTERS = (
-    "skip_guard_on_inbuilt_nn_modules_unsafe",
-    "skip_guard_on_all_nn_modules_unsafe",
-    "keep_tensor_guards_unsafe",
-    "keep_portable_guards_unsafe",
-    "skip_guard_on_globals_unsafe",
-    "skip_all_guards_unsafe",
-)
 VARIANTS = {"default": "default", **{f: f + ",default" for f in FILTERS}}
-GUIDE = "install_free_tensors+skip_guard_on_all_nn_modules_unsafe"
 
 
 def _variant(units: list, pipeline: str, opt_level: str) -> tuple[list, dict]:
@@ -62,15 +58,16 @@ def _runner(checks: list, frames: list) -> Any:
     return run
 
 
-def measure_passes(case: Any, s: Any, frames_for: Any) -> dict[str, Any]:
+def measure_passes(case: Any, s: Any, frames_for: Any,
+                   guide: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """The ``"passes"`` entry of one model (see the module docstring).
 
     ``frames_for(case, units)`` returns, per unit, frame locals its check
     passes on (bench.run recaptures them at entry when the compile-time
-    dict went stale).
+    dict went stale). ``guide()`` measures the check under ``UNSAFE``
+    (bench.run's ``measure_checks``; given by the caller, which imports
+    this module).
     """
-    from guardjit.bench.run import keep_units, measure_checks
-
     torch._dynamo.reset()
     out: dict[str, Any] = {}
     saved = plugin.config.pipeline, plugin.config.keep_frame_locals
@@ -100,13 +97,10 @@ def measure_passes(case: Any, s: Any, frames_for: Any) -> dict[str, Any]:
     finally:
         plugin.config.pipeline, plugin.config.keep_frame_locals = saved
     try:
-        g = measure_checks(
-            case, s, {"options": {"guard_filter_fn":
-                                  torch.compiler.skip_guard_on_all_nn_modules_unsafe}},
-            {"install_free_tensors": True}, cold=False, rounds=s.option_rounds)
-        out[GUIDE] = {k: g.get(k) for k in ("guards", "status", "dynamo_check_us",
-                                            "guardjit_check_us", "ratio", "fallback_reasons")}
+        g = guide()
+        out[UNSAFE] = {k: g.get(k) for k in ("guards", "status", "dynamo_check_us",
+                                             "guardjit_check_us", "ratio", "fallback_reasons")}
     except Exception as e:  # noqa: BLE001 - recorded, never raised
-        out[GUIDE] = {"status": "error", "error": f"{type(e).__name__}: {e}"[:300]}
+        out[UNSAFE] = {"status": "error", "error": f"{type(e).__name__}: {e}"[:300]}
     out["status"] = "ok"
     return out

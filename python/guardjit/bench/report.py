@@ -9,25 +9,12 @@ from typing import Any
 
 import torch
 
-from guardjit.bench.run import FILTERS, OPTIONS, STANCE, UNSAFE
-
-_SHORT = {
-    "install_free_tensors": "free-tensors",
-    "skip_guard_on_inbuilt_nn_modules_unsafe": "skip-inbuilt-nn",
-    "skip_guard_on_all_nn_modules_unsafe": "skip-all-nn",
-    "keep_tensor_guards_unsafe": "keep-tensor",
-    "keep_portable_guards_unsafe": "keep-portable",
-    "skip_guard_on_globals_unsafe": "skip-globals",
-    "skip_all_guards_unsafe": "skip-all",
-    "use_recursive_dict_tags_for_guards": "dict-tags",
-    STANCE: "skip-eval stance",
-    UNSAFE: "torch free-tensors+skip-all-nn vs guardjit sound",
-}
+from guardjit.bench.options import FILTERS, LABELS, OPTIONS, STANCE, UNSAFE
 
 
 def environment() -> dict[str, Any]:
-    """machine (guardjit.demo.machine() plus lscpu) and library versions."""
-    from guardjit import demo
+    """machine (guardjit.lab.demo.machine() plus lscpu) and library versions."""
+    from guardjit.lab import demo
 
     machine = demo.machine()
     try:
@@ -111,7 +98,7 @@ def main_table(data: dict[str, Any], markdown: bool = False) -> str:
 
 def options_table(data: dict[str, Any], markdown: bool = False) -> str:
     """Per option: guards, and Dynamo µs / guardjit µs of the check."""
-    head = ("model",) + tuple(_SHORT[o] for o in OPTIONS)
+    head = ("model",) + tuple(LABELS[o] for o in OPTIONS)
     rows = [head]
     for m in data["models"]:
         cells = [m["name"]]
@@ -211,9 +198,7 @@ def passes_table(data: dict[str, Any], markdown: bool = False) -> str:
     """Per model: guards and guardjit check µs as recorded, after the default
     pipeline and after each filter pass (+ default); and the guide's
     combination, Dynamo's filtered tree µs / guardjit µs."""
-    from guardjit.bench.passes import FILTERS as PASS_FILTERS, GUIDE
-
-    head = (("model", "recorded", "default") + tuple(_SHORT[f] for f in PASS_FILTERS)
+    head = (("model", "recorded", "default") + tuple(LABELS[f] for f in FILTERS)
             + ("free-tensors+skip-all-nn: Dynamo / guardjit",))
     rows = [head]
     for m in data["models"]:
@@ -225,11 +210,11 @@ def passes_table(data: dict[str, Any], markdown: bool = False) -> str:
         def cell(k: str) -> str:
             e = p.get(k) or {}
             return f"{_f(e.get('guards'), '{}')}g {_f(e.get('us'))}"
-        g = p.get(GUIDE) or {}
+        g = p.get(UNSAFE) or {}
         guide = (f"{_f(g.get('guards'), '{}')}g {_f(g.get('dynamo_check_us'))} / "
                  f"{_f(g.get('guardjit_check_us'))}" if g.get("status") != "error" else "error")
         rows.append((m["name"], cell("none"), cell("default"))
-                    + tuple(cell(f) for f in PASS_FILTERS) + (guide,))
+                    + tuple(cell(f) for f in FILTERS) + (guide,))
     return _table(rows, markdown)
 
 
@@ -349,4 +334,4 @@ def plot(data: dict[str, Any], path: str) -> None:
 
 
 __all__ = ["environment", "main_table", "options_table", "skip_table", "summary", "format_text",
-           "write_json", "plot", "FILTERS"]
+           "write_json", "plot"]

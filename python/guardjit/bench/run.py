@@ -7,7 +7,7 @@ Per model, in one process:
    of guardjit's keeps, per compile unit, Dynamo's own ``RootGuardManager``,
    the root the cache entry runs (guardjit's, or Dynamo's when the unit fell
    back) and the compile-time frame locals dict. Both roots are checked on
-   that same dict, interleaved (:func:`guardjit.timing.interleaved`): hot
+   that same dict, interleaved (:func:`guardjit.lab.timing.interleaved`): hot
    (repeated calls) and cold (a cache-flushing sweep before each timed call).
    For a model with several compile units, one A call checks every unit once.
 2. **Cache lookup and end to end.** ``torch.compile`` and ``guardjit.compile``
@@ -29,7 +29,7 @@ Per model, in one process:
 
 Per model, ``python_frames_dynamo`` / ``python_frames_guardjit`` count the
 Python frames one check of each root enters on the same frame locals
-(:mod:`guardjit.frames`).
+(:mod:`guardjit.lab.frames`).
 
 Everything runs under ``torch.no_grad()`` (a serving loop). A step that fails
 is recorded with its error; a compile unit left on Dynamo's path is recorded
@@ -51,35 +51,21 @@ from typing import Any
 import torch
 
 import guardjit
-from guardjit import _core, plugin, timing
+from guardjit import _core, plugin
+from guardjit.bench.capture import (Captured, capture_units, entry_locals, fix_frame_locals,
+                                    keep_units)
 from guardjit.bench.corpus import BenchCase
 from guardjit.bench.lookup import LOOKUP_EVENT, profile_lookup_us, raw_self_us  # noqa: F401
-
-FILTERS = (
-    "skip_guard_on_inbuilt_nn_modules_unsafe",
-    "skip_guard_on_all_nn_modules_unsafe",
-    "keep_tensor_guards_unsafe",
-    "keep_portable_guards_unsafe",
-    "skip_guard_on_globals_unsafe",
-    "skip_all_guards_unsafe",
-)
-CONFIG_OPTIONS = ("install_free_tensors", "use_recursive_dict_tags_for_guards")
-STANCE = "skip_guard_eval_unsafe"
-# torch's two unsafe options together (the guide's recommendation), measured
-# against guardjit's sound check and lookup of the same model.
-UNSAFE = "install_free_tensors+skip_guard_on_all_nn_modules_unsafe"
-OPTIONS = CONFIG_OPTIONS[:1] + FILTERS + CONFIG_OPTIONS[1:] + (STANCE, UNSAFE)
+from guardjit.bench.options import (FILTERS, LOOKUP_OPTIONS, OPTIONS, STANCE, UNSAFE,
+                                    option_kwargs)
+from guardjit.bench.passes import measure_passes
+from guardjit.lab import timing
 
 # Fields every model entry carries (the test checks them).
 MODEL_FIELDS = ("name", "guards", "dynamo_check_us", "guardjit_check_us", "ratio",
                 "guardjit_full_check_us", "lookup_us_torch", "lookup_us_guardjit",
                 "lookup_us_guardjit_full", "call_us_torch", "call_us_guardjit",
                 "compile_ms", "python_frames_dynamo", "python_frames_guardjit", "options")
-# Options whose entry also carries torch's own lookup (``lookup_us``) and
-# check (``check_us``) under that option, measured beside guardjit's default
-# (issue 14): torch's dict-tag fast path, the two unsafe options together and
-# the floor, a unit with no guards at all.
-LOOKUP_OPTIONS = ("use_recursive_dict_tags_for_guards", UNSAFE, "skip_all_guards_unsafe")
 # torch 2.13 serves a guardless cache entry before the "TorchDynamo Cache
 # Lookup" event starts (try_lookup_without_guard_eval in
 # torch/csrc/dynamo/eval_frame_cpp.cpp): the profiler sees no lookup at all.
@@ -112,39 +98,6 @@ class Settings:
                    quick=True)
 
 
-# --- capturing every compile unit ------------------------------------------------
-
-@dataclasses.dataclass
-class Captured:
-    dynamo_root: Any  # Dynamo's RootGuardManager
-    final_root: Any  # the root the cache entry runs (guardjit's or Dynamo's)
-    f_locals: dict
-    code: Any = None
-
-
-def _entry_locals(case: BenchCase, code: Any) -> dict | None:
-    """The frame locals of ``code`` at entry, from one eager call of the model.
-
-    The compile-time frame locals can be stale: a frame that mutates its
-    own ``kwargs`` (transformers' output wrappers do) leaves a dict that no
-    longer passes the guards built at entry. Containers are copied at entry.
-    """
-    got: dict[str, dict] = {}
-
-    def prof(frame: Any, event: str, arg: Any) -> None:
-        if event == "call" and frame.f_code is code and "v" not in got:
-            got["v"] = {k: (type(v)(v) if type(v) in (dict, list) else v)
-                        for k, v in frame.f_locals.items()}
-
-    args, kwargs = case.inputs()
-    sys.setprofile(prof)
-    try:
-        case.model(*args, **kwargs)
-    finally:
-        sys.setprofile(None)
-    return got.get("v")
-
-
 def _wait_for_tier_up() -> dict[str, Any]:
     """Waits until the background tier replaced every check compiled so far
     (the steady state a serving loop reaches), returning the wait (ms) and
@@ -154,34 +107,6 @@ def _wait_for_tier_up() -> dict[str, Any]:
     plugin.wait_for_tier_up()
     return {"tier_up_wait_ms": (time.perf_counter() - start) * 1e3,
             "tier_up_compile_ms": _core.tier_up_stats()["compile_ms"] - before}
-
-
-@contextlib.contextmanager
-def capture_units() -> Iterator[list[Captured]]:
-    """Keeps, per compile unit built inside, both roots and the frame locals.
-
-    guardjit reports every unit it is offered (``plugin.observe_units``) with
-    Dynamo's root and the root its cache entry runs; a hook another program
-    sets in ``guard_manager_testing_hook_fn`` changes nothing.
-    """
-    plugin.install_hooks()
-    got: list[Captured] = []
-
-    def seen(dynamo_root: Any, final_root: Any, f_locals: Any, code: Any) -> None:
-        got.append(Captured(dynamo_root, final_root, f_locals, code))
-
-    with plugin.observe_units(seen):
-        yield got
-
-
-@contextlib.contextmanager
-def keep_units() -> Iterator[None]:
-    plugin.clear_units()
-    plugin.config.keep_units = True
-    try:
-        yield
-    finally:
-        plugin.config.keep_units = False
 
 
 # --- timing helpers ----------------------------------------------------------------
@@ -281,29 +206,11 @@ def _err(e: BaseException) -> str:
 
 # --- step 1: the guard check -----------------------------------------------------------
 
-def fix_frame_locals(case: BenchCase, captured: list[Captured]) -> int:
-    """Makes every captured unit's frame locals pass both its roots, taking
-    them at frame entry of an eager call where the compile-time dict went
-    stale (_entry_locals). Returns how many were recaptured."""
-    recaptured = 0
-    for c in captured:
-        if c.dynamo_root.check(c.f_locals) and c.final_root.check(c.f_locals):
-            continue
-        fl = _entry_locals(case, c.code) if c.code is not None else None
-        if fl is None or not (c.dynamo_root.check(fl) and c.final_root.check(fl)):
-            raise RuntimeError("a check fails on its compile-time frame locals and on "
-                               "the frame locals of an eager call")
-        c.f_locals = fl
-        recaptured += 1
-    return recaptured
-
-
 def python_frames(captured: list[Captured]) -> dict[str, Any]:
     """Python frames one check of each root enters on the same frame locals
-    (guardjit.frames), summed over the units, with guardjit's by function."""
-    from guardjit.frames import python_frames_by_function as frames_by_code
-
+    (guardjit.lab.frames), summed over the units, with guardjit's by function."""
     from guardjit import pyattr
+    from guardjit.lab.frames import python_frames_by_function as frames_by_code
 
     dyn, gj = collections.Counter(), collections.Counter()
     before = pyattr.stats()
@@ -699,19 +606,6 @@ def measure_unsafe(case: BenchCase, s: Settings, cap_unsafe: list[Captured],
 
 # --- step 3: the guide's options ----------------------------------------------------------
 
-def option_kwargs(name: str) -> tuple[dict, dict]:
-    """(torch.compile kwargs, torch._dynamo.config patch) of one option."""
-    if name in FILTERS:
-        return {"options": {"guard_filter_fn": getattr(torch.compiler, name)}}, {}
-    if name in CONFIG_OPTIONS:
-        return {}, {name: True}
-    if name == UNSAFE:
-        return ({"options": {"guard_filter_fn":
-                             torch.compiler.skip_guard_on_all_nn_modules_unsafe}},
-                {"install_free_tensors": True})
-    raise KeyError(name)
-
-
 def measure_option(case: BenchCase, name: str, s: Settings) -> dict[str, Any]:
     compile_kwargs, config = option_kwargs(name)
     kind = "guard_filter_fn" if name in FILTERS else "torch._dynamo.config"
@@ -734,12 +628,12 @@ STEPS_PER_MODEL = 2 + len(OPTIONS) - 2 + 1  # build+check, end to end (+stance, 
 
 def unit_frames(case: BenchCase, units: list) -> list[dict]:
     """Per unit, frame locals its check passes on: the compile-time dict,
-    or the frames of an eager call when that dict went stale (_entry_locals)."""
+    or the frames of an eager call when that dict went stale (entry_locals)."""
     frames = []
     for u in units:
         fl = u.f_locals
         if fl is None or not u.check(fl):
-            fl = _entry_locals(case, u.code) if u.code is not None else None
+            fl = entry_locals(case, u.code) if u.code is not None else None
             if fl is None or not u.check(fl):
                 raise RuntimeError("a check fails on its compile-time frame locals and on "
                                    "the frame locals of an eager call")
@@ -808,9 +702,10 @@ def measure_model(name: str, factory: Callable[[bool], BenchCase], s: Settings,
         try:
             if s.core:
                 raise RuntimeError("not measured (--core)")
-            from guardjit.bench.passes import measure_passes
-
-            entry["passes"] = measure_passes(case, s, unit_frames)
+            entry["passes"] = measure_passes(
+                case, s, unit_frames,
+                lambda: measure_checks(case, s, *option_kwargs(UNSAFE), cold=False,
+                                       rounds=s.option_rounds))
         except Exception as e:  # noqa: BLE001 - recorded, never raised
             entry["passes"] = {"status": "error", "error": _err(e)}
     for k in MODEL_FIELDS:

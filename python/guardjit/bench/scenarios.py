@@ -2,7 +2,7 @@
 
 Each scenario builds, for one configuration (plain torch or guardjit with a
 differentiating-set policy), a program compiled with a
-:class:`guardjit.routing.TaggingBackend` and the list of its warmed-up inputs.
+:class:`guardjit.lab.routing.TaggingBackend` and the list of its warmed-up inputs.
 The worker warms up by calling every input once, in order (``Input.setup``
 first), so the recipe is identical in every configuration. What makes the
 compile units differ is what the issue lists: static batch sizes, dtype,
@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from guardjit.routing import Input, TaggingBackend
+from guardjit.lab.routing import Input, TaggingBackend
 
 
 @dataclasses.dataclass

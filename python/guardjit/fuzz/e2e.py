@@ -20,10 +20,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from guardjit import routing
 from guardjit.fuzz import oracle
 from guardjit.fuzz.mutations import Case, Undo
 from guardjit.fuzz.targets import Target, call_args
+from guardjit.lab import routing
 
 
 @dataclasses.dataclass

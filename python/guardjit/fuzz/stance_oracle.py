@@ -4,14 +4,14 @@ the routing rule, not Dynamo's answer.
 Under the stance only each entry's differentiating root runs, so an entry
 may pass inputs its full guards reject; the contract is about *warmed*
 inputs only: each is served by the entry a full-guard lookup would pick in
-the same cache order (``guardjit/routing.py``). A :class:`StanceTarget` is a
+the same cache order (``guardjit/lab/routing.py``). A :class:`StanceTarget` is a
 generated program (or a corpus model) compiled with guardjit and a tagging
 backend, warmed up with the base input and 1-4 *variants* drawn at random:
 a tensor argument in another dtype, one size larger, with
 ``requires_grad``, an argument set to ``None`` or from ``None`` to a
 tensor, two tensor arguments aliased, a bool flipped, an int changed, a
 module attribute, a global, grad mode or train mode changed. Each variant is
-a :class:`guardjit.routing.Input` whose ``setup`` sets the whole state it
+a :class:`guardjit.lab.routing.Input` whose ``setup`` sets the whole state it
 stands for (every state key, to its value or the default).
 
 A stance case (:func:`run_case`) draws a cache order (calling the variants
@@ -33,7 +33,8 @@ from typing import Any
 import torch
 
 import guardjit
-from guardjit import plugin, routing
+from guardjit import plugin
+from guardjit.lab import routing
 
 POLICIES = ("torch-compatible", "minimal", "guarded-minimal")
 

@@ -39,7 +39,7 @@ import torch._dynamo.guards as dynamo_guards
 
 import guardjit
 from guardjit import _core, plugin
-from guardjit.bench.run import FILTERS  # torch's six guard_filter_fn helpers
+from guardjit.bench.options import FILTERS  # torch's six guard_filter_fn helpers
 
 OPTIONS = ("default",) + FILTERS + ("install_free_tensors", "dict_tags", "multi_entry")
 # Corpus models small enough for many fuzz cases (quick sizes); all ten by default.
@@ -288,7 +288,7 @@ def build(spec: TargetSpec, sides: str = "both") -> Target:
 
 
 def _entry_locals(entry: Any, args: tuple, kwargs: dict, code: Any) -> dict | None:
-    from guardjit.routing import capture_locals
+    from guardjit.lab.routing import capture_locals
 
     if code is None:
         return None

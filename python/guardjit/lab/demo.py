@@ -19,7 +19,8 @@ from typing import Any
 import torch
 
 import guardjit
-from guardjit import _core, models, plugin, timing
+from guardjit import _core, models, plugin
+from guardjit.lab import timing
 
 
 @dataclasses.dataclass
