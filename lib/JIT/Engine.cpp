@@ -350,7 +350,7 @@ void GuardJIT::optimize(Module &M) {
   // cost ~40 % of Light's compile time), but the type/size loads it repeats
   // for each item of one tuple, or each guard on one object, only CSE
   // removes (without it TYPE_MATCH / ID_MATCH on tuple items took 2x the
-  // time). Measured: issue 15, docs/performance.md "Compile latency".
+  // time). Measured: docs/performance.md "Compile latency and the two tiers".
   if (Opts.Level == OptLevel::O0)
     return;
   LoopAnalysisManager LAM;

@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
                     "guardjit differentiating-set policy; guards of the differentiating "
                     "roots, cache lookup under skip_guard_eval_unsafe, and whether every "
                     "warmed input is routed to the entry a full lookup picks; see "
-                    "docs/diffsets-results.md.")
+                    "docs/performance.md (differentiating sets).")
     from guardjit.bench.corpus import CORPUS
     from guardjit.bench.diffsets import CONFIGS
     from guardjit.bench.scenarios import SCENARIOS

@@ -98,11 +98,11 @@ class Config:
     mode: str = dataclasses.field(  # GUARDJIT_MODE
         default_factory=lambda: _env_choice("GUARDJIT_MODE", "native", ("native", "interpreter")))
     # The first native code's level (O0 | light | O1 | O2): O0 compiles
-    # fastest (docs/performance.md "Compile latency (issue 15)"), and the
+    # fastest (docs/performance.md "Compile latency and the two tiers"), and the
     # tier-up replaces it. GUARDJIT_OPT sets it for the process.
     opt_level: str = os.environ.get("GUARDJIT_OPT", "O0")
     # The level a native check is recompiled at on guardjit's background
-    # thread (docs/performance.md "Tiered compilation"); "off" keeps the
+    # thread (docs/performance.md "Compile latency and the two tiers"); "off" keeps the
     # opt_level code. GUARDJIT_TIER_UP sets it for the process.
     tier_up: str = dataclasses.field(
         default_factory=lambda: os.environ.get("GUARDJIT_TIER_UP", "O1"))
@@ -343,7 +343,7 @@ def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
         tier_up(check)
     elif background and new_root is not root:
         # Interpreter first; the background thread compiles, and the first
-        # call of each new code also runs the interpreter (NativeGuard.h).
+        # call of each new code also runs the interpreter (include/guardjit/Check/CheckTarget.h).
         tiering.start(check, config.opt_level, config.tier_up)
     skip_declined = ""
     if new_root is not root:

@@ -4,7 +4,7 @@ A compile unit's check first runs guardjit's interpreter (``start``): its
 native code is compiled at ``plugin.config.opt_level`` (``O0``) on one background
 thread and swapped in atomically, then recompiled at the tier-up level
 (``O1``: the greedy register allocator) the same way; no call ever waits for
-LLVM (``python/src/TierUp.h`` gives the thread, GIL and lifetime rules). The
+LLVM (``include/guardjit/Check/TierUp.h`` gives the thread, GIL and lifetime rules). The
 first call of each new code also runs the interpreter and must agree with it.
 With ``plugin.config.first_tier = "sync"`` the first code is compiled on
 Dynamo's compile thread instead and ``schedule`` queues the tier-up. Levels

@@ -1,4 +1,4 @@
-"""The background tier (python/src/TierUp.h, guardjit/tiering.py): a new
+"""The background tier (include/guardjit/Check/TierUp.h, guardjit/tiering.py): a new
 unit runs the interpreter at once while its native code is compiled off the
 calling thread (at light, then O1) and swapped in atomically; the first call
 of new code also runs the interpreter. Checked against plain torch's answers

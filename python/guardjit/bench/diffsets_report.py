@@ -1,4 +1,4 @@
-"""Table, findings and Markdown report of ``--suite diffsets`` (docs/diffsets-results.md)."""
+"""Table, findings and Markdown report of ``--suite diffsets`` (rendered in docs/performance.md, differentiating sets)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 //===- ConcurrencyStressTest.cpp - checks, compiles and evictions at once -===//
 //
-// The thread/GIL contract of the JIT (JIT/Engine.h, python/src/TierUp.h,
+// The thread/GIL contract of the JIT (JIT/Engine.h, include/guardjit/Check/TierUp.h,
 // docs/threads.md), exercised all at once on real CPython objects:
 //
 //   - checker threads take the GIL with PyGILState_Ensure, run a batch of
