@@ -57,10 +57,10 @@ OptLevel toOptLevel(CodeLevel L) {
 /// Whether binding `S` needs the ATen-backed hooks.
 bool needsTorch(const GuardSet &S) {
   for (const Guard &G : S.guards())
-    if (guardjit::needsTorch(G.Kind))
+    if (needsTorchHooks(G.Kind))
       return true;
   for (const Value &V : S.values())
-    if (guardjit::needsTorch(V.Kind))
+    if (needsTorchHooks(V.Kind))
       return true;
   return false;
 }

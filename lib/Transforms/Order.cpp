@@ -48,9 +48,9 @@ void OrderPass::run(GuardSet &S, const PassContext &) {
       RunsPython |= ChainRunsPython[Op];
       Cost += ChainCost[Op] / GuardsOn[Op];
     }
-    Cls[I] = G.Kind == GuardKind::EpilogueLambda ? Epilogue
-             : RunsPython                         ? Python
-                                                  : Pure;
+    Cls[I] = isEpilogueCall(G.Kind) ? Epilogue
+             : RunsPython             ? Python
+                                      : Pure;
     Score[I] = Cost / failLikelihood(G.Kind);
   }
   std::vector<size_t> Perm(Gs.size());

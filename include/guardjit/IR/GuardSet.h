@@ -50,16 +50,7 @@ struct UserLoc {
   bool empty() const { return File.empty(); }
 };
 
-/// What an object table entry is, for printing and for ownership.
-enum class ObjectKind : uint8_t {
-  Type,     ///< a type object, compared by identity
-  Object,   ///< any object compared by identity (ID_MATCH)
-  Constant, ///< a value compared by ==, kept alive (EQUALS_MATCH)
-  Callable, ///< a Python callable invoked by a lambda guard
-  Dict,     ///< a dict read by an accessor (f_globals)
-  Key,      ///< a dict key (str or other hashable), kept alive
-  State,    ///< an opaque torch object (GlobalStateGuard, device)
-};
+// ObjectKind: IR/KindFacts.h.
 
 /// Spelling used by the .gir printer, e.g. "type".
 std::string_view spelling(ObjectKind K);

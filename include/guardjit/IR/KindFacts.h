@@ -1,4 +1,4 @@
-//===- KindFacts.h - Per-kind facts from Accessors.def / Guards.def -*- C++ -*-//
+//===- KindFacts.h - What each accessor and guard kind is -------*- C++ -*-===//
 //
 // The accessor and guard kinds, and what each kind *is*: one constexpr
 // predicate per column of include/guardjit/IR/Accessors.def and Guards.def
@@ -19,19 +19,25 @@
 
 namespace guardjit {
 
-#define GJ_ACCESSOR(Enum, Spelling, TorchName, Ref, Python, Reuse, KeyUse,     \
-                    Failure, ReadCost, Residual, Torch)                        \
-  Enum,
+#define GJ_ACCESSOR(Enum, Spelling, TorchName, ...) Enum,
 enum class AccessorKind : uint8_t {
 #include "guardjit/IR/Accessors.def"
 };
 
-#define GJ_GUARD(Enum, Spelling, TorchName, Arity, ObjectUse, Python, Cost,    \
-                 FailRate, Pin, DiffRank, DiffKeep, DiffCompare, Residual,     \
-                 Torch)                                                        \
-  Enum,
+#define GJ_GUARD(Enum, Spelling, TorchName, ...) Enum,
 enum class GuardKind : uint8_t {
 #include "guardjit/IR/Guards.def"
+};
+
+/// What an object table entry is, for printing and for ownership.
+enum class ObjectKind : uint8_t {
+  Type,     ///< a type object, compared by identity
+  Object,   ///< any object compared by identity (ID_MATCH)
+  Constant, ///< a value compared by ==, kept alive (EQUALS_MATCH)
+  Callable, ///< a Python callable invoked by a lambda guard
+  Dict,     ///< a dict read by an accessor (f_globals)
+  Key,      ///< a dict key (str or other hashable), kept alive
+  State,    ///< an opaque torch object (GlobalStateGuard, device)
 };
 
 //===----------------------------------------------------------------------===//
@@ -42,9 +48,20 @@ enum class GuardKind : uint8_t {
 enum class Reference : uint8_t { Borrowed, NewRef };
 enum class PythonUse : uint8_t { NoPython, MayRunPython };
 enum class ReadReuse : uint8_t { Unstable, Stable };
-enum class KeyUse : uint8_t { NoKey, Key };
-enum class ReadFailure : uint8_t { MayFail, NeverFails, FailsUnlessParentIsType };
-enum class ObjectUse : uint8_t { NoObject, Object };
+enum class IndexUse : uint8_t { NoIndex, AnyIndex, DimIndex, DictIndex };
+enum class ReadFailure : uint8_t {
+  MayFail,
+  NeverFails,
+  FailsUnlessParentIsType,
+};
+enum class ObjectUse : uint8_t { None, Optional, Required };
+/// What a guard's `object` or a value's `key` must be: whether it is used,
+/// and the ObjectKinds allowed (bit 1 << kind; 0 means any kind).
+struct ObjectRule {
+  ObjectUse U = ObjectUse::None;
+  unsigned Kinds = 0;
+};
+enum class UserCallUse : uint8_t { NoUserCall, UserCall, EpilogueCall };
 enum class ValuePin : uint8_t {
   NoPin,
   PinExactType,
@@ -89,16 +106,39 @@ constexpr CheckCost costOf(CheckCost C) { return C; }
 /// the operand count so the column is stored as {Base, PerOperand}.
 struct OperandCount {};
 constexpr OperandCount Ops{};
-constexpr CheckCost operator*(double Base, OperandCount) { return {Base, true}; }
+constexpr CheckCost operator*(double Base, OperandCount) {
+  return {Base, true};
+}
 
 /// Guards.def's `Arity` for "one or more".
 constexpr int Many = -1;
+
+/// The vocabulary of the `Object` / `Key` columns: ObjectKind bits.
+constexpr unsigned bitOf(ObjectKind K) {
+  return 1u << static_cast<unsigned>(K);
+}
+constexpr unsigned AnyObject = 0;
+constexpr unsigned Type = bitOf(ObjectKind::Type);
+constexpr unsigned Object = bitOf(ObjectKind::Object);
+constexpr unsigned Constant = bitOf(ObjectKind::Constant);
+constexpr unsigned Callable = bitOf(ObjectKind::Callable);
+constexpr unsigned Dict = bitOf(ObjectKind::Dict);
+constexpr unsigned Key = bitOf(ObjectKind::Key);
+constexpr unsigned State = bitOf(ObjectKind::State);
+constexpr ObjectRule Needs(unsigned Kinds) {
+  return {ObjectUse::Required, Kinds};
+}
+constexpr ObjectRule MayHave(unsigned Kinds) {
+  return {ObjectUse::Optional, Kinds};
+}
+constexpr ObjectRule NoObject{ObjectUse::None, 0};
 
 struct AccessorFacts {
   Reference Ref;
   PythonUse Python;
   ReadReuse Reuse;
-  KeyUse Key;
+  ObjectRule Key;
+  IndexUse Index;
   ReadFailure Failure;
   double ReadCost;
   ResidualUse Residual;
@@ -107,8 +147,9 @@ struct AccessorFacts {
 
 struct GuardFacts {
   int Arity;
-  ObjectUse Object;
+  ObjectRule Object;
   PythonUse Python;
+  UserCallUse Call;
   CheckCost Cost;
   double FailRate;
   ValuePin Pin;
@@ -120,20 +161,27 @@ struct GuardFacts {
 };
 
 inline constexpr AccessorFacts AccessorTable[] = {
-#define GJ_ACCESSOR(Enum, Spelling, TorchName, Ref, Py, Reuse, KeyU, Failure,  \
-                    ReadCost, Residual, Torch)                                 \
-  {Reference::Ref,      PythonUse::Py,         ReadReuse::Reuse,               \
-   KeyUse::KeyU,        ReadFailure::Failure,  double(ReadCost),               \
-   ResidualUse::Residual, TorchUse::Torch},
+#define GJ_ACCESSOR(Enum, Spelling, TorchName, Ref, Py, Reuse, KeyRule,       \
+                    Index, Failure, ReadCost, Residual, Torch)                 \
+  {Reference::Ref,                                                             \
+   PythonUse::Py,                                                              \
+   ReadReuse::Reuse,                                                           \
+   KeyRule,                                                                    \
+   IndexUse::Index,                                                            \
+   ReadFailure::Failure,                                                       \
+   double(ReadCost),                                                           \
+   ResidualUse::Residual,                                                      \
+   TorchUse::Torch},
 #include "guardjit/IR/Accessors.def"
 };
 
 inline constexpr GuardFacts GuardTable[] = {
-#define GJ_GUARD(Enum, Spelling, TorchName, Arity, ObjectU, Py, Cost,          \
+#define GJ_GUARD(Enum, Spelling, TorchName, Arity, ObjRule, Py, Call, Cost,    \
                  FailRate, Pin, DiffRank, Keep, Compare, Residual, Torch)      \
   {Arity,                                                                      \
-   ObjectUse::ObjectU,                                                         \
+   ObjRule,                                                                    \
    PythonUse::Py,                                                              \
+   UserCallUse::Call,                                                          \
    costOf(Cost),                                                               \
    FailRate,                                                                   \
    ValuePin::Pin,                                                              \
@@ -178,7 +226,15 @@ constexpr bool isStableRead(AccessorKind K) {
 /// Whether an accessor of kind `K` needs its `Key` object. contextvar_get
 /// reads one only when present (get(d)'s default) and is not counted here.
 constexpr bool accessorReadsKey(AccessorKind K) {
-  return kindfacts::of(K).Key == KeyUse::Key;
+  return kindfacts::of(K).Key.U == ObjectUse::Required;
+}
+/// What the `key` of a value of kind `K` must be (the verifier's rule).
+constexpr ObjectRule valueKeyRule(AccessorKind K) {
+  return kindfacts::of(K).Key;
+}
+/// What the `index` of a value of kind `K` must be (the verifier's rule).
+constexpr IndexUse valueIndexUse(AccessorKind K) {
+  return kindfacts::of(K).Index;
 }
 /// When a read of kind `K` cannot fail once its parent was read.
 constexpr ReadFailure readFailure(AccessorKind K) {
@@ -191,7 +247,7 @@ constexpr ResidualUse residualUse(AccessorKind K) {
   return kindfacts::of(K).Residual;
 }
 /// Whether binding a set that reads kind `K` needs the ATen-backed hooks.
-constexpr bool needsTorch(AccessorKind K) {
+constexpr bool needsTorchHooks(AccessorKind K) {
   return kindfacts::of(K).Torch != TorchUse::NoTorch;
 }
 
@@ -208,12 +264,26 @@ constexpr int guardArity(GuardKind K) { return kindfacts::of(K).Arity; }
 /// Whether a guard of kind `K` needs its `Object` table entry (checked when
 /// verifying, binding and lowering).
 constexpr bool guardReadsObject(GuardKind K) {
-  return kindfacts::of(K).Object == ObjectUse::Object;
+  return kindfacts::of(K).Object.U == ObjectUse::Required;
+}
+/// What the `object` of a guard of kind `K` must be (the verifier's rule).
+constexpr ObjectRule guardObjectRule(GuardKind K) {
+  return kindfacts::of(K).Object;
 }
 /// Whether a check of kind `K` may run Python code (a user __eq__, __len__,
 /// __hash__, __getattr__, or a lambda).
 constexpr bool mayRunPython(GuardKind K) {
   return kindfacts::of(K).Python == PythonUse::MayRunPython;
+}
+/// Whether a check of kind `K` calls a user callable once per run (a
+/// lambda guard): two such guards are never merged.
+constexpr bool callsUserCode(GuardKind K) {
+  return kindfacts::of(K).Call != UserCallUse::NoUserCall;
+}
+/// Whether a check of kind `K` is a user call that runs after every other
+/// guard (an epilogue lambda).
+constexpr bool isEpilogueCall(GuardKind K) {
+  return kindfacts::of(K).Call == UserCallUse::EpilogueCall;
 }
 /// Relative cost of a check of kind `K` over `NumOperands` operands, in
 /// units of one pointer compare.
@@ -246,7 +316,7 @@ constexpr bool hasTorchPayload(GuardKind K) {
 }
 /// Whether binding a set with a guard of kind `K` needs the ATen-backed
 /// hooks.
-constexpr bool needsTorch(GuardKind K) {
+constexpr bool needsTorchHooks(GuardKind K) {
   return kindfacts::of(K).Torch != TorchUse::NoTorch;
 }
 

@@ -2,13 +2,15 @@
 //
 // The predicates of IR/KindFacts.h (columns of Accessors.def / Guards.def)
 // against the answers of the switches they replaced, written out here before
-// those switches were deleted: RuntimeHelpers.cpp accessorReturnsNewRef,
-// Order.cpp mayRunPython / checkCost / failLikelihood / readCost, CSE.cpp
-// isStableRead, GuardSet.cpp guardArity / guardReadsObject /
-// accessorReadsKey, DeadValues.cpp readCannotFail, DiffSet.cpp kindRank and
-// its per-kind switches, FoldImplied.cpp, SubtreeSkip.cpp residualGuardOk /
-// residualAccessorOk, BoundGuardSet.cpp isTorchGuard and Embed.cpp
-// needsTorch. A new kind must be added to these tables too.
+// those switches were deleted: RuntimeHelpers.cpp accessorReturnsNewRef;
+// Order.cpp mayRunPython, checkCost, failLikelihood, readCost and its
+// epilogue test; CSE.cpp isStableRead; GuardSet.cpp guardArity,
+// guardReadsObject, accessorReadsKey; Verifier.cpp guardObject, valueKey,
+// needs*Index; Dedup.cpp's lambda test; DeadValues.cpp readCannotFail;
+// DiffSet.cpp kindRank and its per-kind switches; FoldImplied.cpp;
+// SubtreeSkip.cpp residualGuardOk, residualAccessorOk; BoundGuardSet.cpp
+// isTorchGuard; Embed.cpp needsTorch. A new kind is added to these tables
+// too.
 //
 //===----------------------------------------------------------------------===//
 #include "guardjit/IR/KindFacts.h"
@@ -131,7 +133,7 @@ TEST(KindFactsTest, AccessorColumnsMatchTheOldSwitches) {
     EXPECT_EQ(readCost(E.K), E.ReadCost);
     EXPECT_EQ(readFailure(E.K), E.Failure);
     EXPECT_EQ(residualUse(E.K), E.Residual);
-    EXPECT_EQ(needsTorch(E.K), E.NeedsTorch);
+    EXPECT_EQ(needsTorchHooks(E.K), E.NeedsTorch);
   }
 }
 
@@ -150,7 +152,7 @@ TEST(KindFactsTest, GuardColumnsMatchTheOldSwitches) {
     EXPECT_EQ(diffRank(E.K), E.DiffRank);
     EXPECT_EQ(residualUse(E.K), E.Residual);
     EXPECT_EQ(hasTorchPayload(E.K), E.TorchPayload);
-    EXPECT_EQ(needsTorch(E.K), E.NeedsTorch);
+    EXPECT_EQ(needsTorchHooks(E.K), E.NeedsTorch);
   }
 }
 
@@ -198,6 +200,82 @@ TEST(KindFactsTest, PinsKeepsAndComparesMatchTheOldSwitches) {
     auto C = Compares.find(K);
     EXPECT_EQ(diffCompare(K),
               C == Compares.end() ? DiffCompare::CompareFields : C->second);
+  }
+}
+
+/// The verifier's object, key and index rules, and the lambda kinds Dedup
+/// and Order named; every other kind has no object, key or index rule and
+/// calls no user code.
+TEST(KindFactsTest, VerifierRulesAndUserCallsMatchTheOldSwitches) {
+  auto Bit = [](ObjectKind K) { return 1u << static_cast<unsigned>(K); };
+  using OK = ObjectKind;
+  const ObjectRule NoRule{};
+  auto Req = [](unsigned M) { return ObjectRule{ObjectUse::Required, M}; };
+  auto Opt = [](unsigned M) { return ObjectRule{ObjectUse::Optional, M}; };
+  const std::map<GuardKind, ObjectRule> Objects = {
+      {GuardKind::TypeMatch, Req(Bit(OK::Type))},
+      {GuardKind::IdMatch, Req(0)},
+      {GuardKind::EqualsMatch, Req(Bit(OK::Constant) | Bit(OK::Key))},
+      {GuardKind::DictContains, Req(Bit(OK::Key) | Bit(OK::Constant))},
+      {GuardKind::NoHasAttr, Req(Bit(OK::Key))},
+      {GuardKind::Lambda, Req(Bit(OK::Callable))},
+      {GuardKind::EpilogueLambda, Req(Bit(OK::Callable))},
+      {GuardKind::DefaultDevice, Req(0)},
+      {GuardKind::DimensionMarking, Req(Bit(OK::Constant))},
+      {GuardKind::TorchFunctionModeStack, Req(Bit(OK::Constant))},
+      {GuardKind::GlobalState, Opt(Bit(OK::State))},
+      {GuardKind::TupleIteratorLen, Req(Bit(OK::Type))},
+      {GuardKind::RangeIteratorMatch, Req(Bit(OK::Type))},
+      {GuardKind::SavedTensorsHooks, Req(Bit(OK::Type))},
+      {GuardKind::DispatchKeySetMatch, Req(Bit(OK::Type))},
+      {GuardKind::FakeScriptTypeMatch, Req(Bit(OK::Type))},
+      {GuardKind::MappingKeysMatch, Req(Bit(OK::Constant))},
+      {GuardKind::SetContains, Req(Bit(OK::Key) | Bit(OK::Constant))},
+      {GuardKind::DualLevelMatch, Req(Bit(OK::Object) | Bit(OK::State))},
+      {GuardKind::ShapeExpr, Opt(Bit(OK::Callable))},
+  };
+  for (size_t I = 0; I < kindfacts::NumGuardKinds; ++I) {
+    auto K = static_cast<GuardKind>(I);
+    SCOPED_TRACE(std::string(spelling(K)));
+    auto O = Objects.find(K);
+    ObjectRule Want = O == Objects.end() ? NoRule : O->second;
+    EXPECT_EQ(guardObjectRule(K).U, Want.U);
+    EXPECT_EQ(guardObjectRule(K).Kinds, Want.Kinds);
+    bool Lambda = K == GuardKind::Lambda || K == GuardKind::EpilogueLambda;
+    EXPECT_EQ(callsUserCode(K), Lambda);
+    EXPECT_EQ(isEpilogueCall(K), K == GuardKind::EpilogueLambda);
+  }
+  const std::map<AccessorKind, ObjectRule> Keys = {
+      {AccessorKind::FrameLocal, Req(Bit(OK::Key))},
+      {AccessorKind::DictGetItem, Req(Bit(OK::Key))},
+      {AccessorKind::GetAttr, Req(Bit(OK::Key))},
+      {AccessorKind::GenericGetAttr, Req(Bit(OK::Key))},
+      {AccessorKind::GetItem, Req(Bit(OK::Key))},
+      {AccessorKind::GlobalWeakRef, Req(Bit(OK::Key))},
+      {AccessorKind::Globals, Req(Bit(OK::Dict))},
+      {AccessorKind::Lambda, Req(Bit(OK::Callable))},
+      {AccessorKind::ContextVarGet, Opt(Bit(OK::Constant))},
+  };
+  const std::map<AccessorKind, IndexUse> Indices = {
+      {AccessorKind::TupleGetItem, IndexUse::AnyIndex},
+      {AccessorKind::ListGetItem, IndexUse::AnyIndex},
+      {AccessorKind::SetGetItem, IndexUse::AnyIndex},
+      {AccessorKind::TupleIteratorGetItem, IndexUse::AnyIndex},
+      {AccessorKind::TensorSize, IndexUse::DimIndex},
+      {AccessorKind::TensorStride, IndexUse::DimIndex},
+      {AccessorKind::DictKey, IndexUse::DictIndex},
+      {AccessorKind::DictValue, IndexUse::DictIndex},
+  };
+  for (size_t I = 0; I < kindfacts::NumAccessorKinds; ++I) {
+    auto K = static_cast<AccessorKind>(I);
+    SCOPED_TRACE(std::string(spelling(K)));
+    auto R = Keys.find(K);
+    ObjectRule Want = R == Keys.end() ? NoRule : R->second;
+    EXPECT_EQ(valueKeyRule(K).U, Want.U);
+    EXPECT_EQ(valueKeyRule(K).Kinds, Want.Kinds);
+    auto X = Indices.find(K);
+    EXPECT_EQ(valueIndexUse(K),
+              X == Indices.end() ? IndexUse::NoIndex : X->second);
   }
 }
 
