@@ -27,6 +27,9 @@ namespace guardjit {
 /// (TENSOR_MATCH, DISPATCH_KEY_SET_MATCH): the check reads it once.
 bool guardNeedsLocalState(GuardKind K);
 
+// Whether an accessor returns a new reference: accessorReturnsNewRef
+// (IR/KindFacts.h, the `Ref` column of Accessors.def).
+
 /// Whether reads of accessor `K` go through a DictReadCache slot in native
 /// code: FrameLocal and DictGetItem (PyDict_GetItem), DictKey and DictValue
 /// (the Index-th item in iteration order).
