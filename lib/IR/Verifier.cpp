@@ -214,12 +214,8 @@ private:
                "use of undefined value %" + Twine(G.Operands[Op]), Op);
     checkObject(Diag::Guard, I, Diag::ObjectRef, G.Object,
                 guardObjectRule(G.Kind), Kind, "object");
-    ObjectRule Aux;
-    if (G.Kind == GuardKind::DefaultDevice)
-      Aux = {Use::Required, bit(ObjectKind::Dict)};
-    else if (G.Kind == GuardKind::FakeScriptTypeMatch)
-      Aux = {Use::Required, bit(ObjectKind::Type)};
-    checkObject(Diag::Guard, I, Diag::AuxRef, G.Aux, Aux, Kind, "aux");
+    checkObject(Diag::Guard, I, Diag::AuxRef, G.Aux, guardAuxRule(G.Kind),
+                Kind, "aux");
     if (G.Kind == GuardKind::TensorMatch) {
       if (G.Tensor == InvalidId)
         report(Diag::Guard, I, Diag::Whole, "tensor_match needs tensor=N");

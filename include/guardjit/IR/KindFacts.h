@@ -148,6 +148,7 @@ struct AccessorFacts {
 struct GuardFacts {
   int Arity;
   ObjectRule Object;
+  ObjectRule Aux;
   PythonUse Python;
   UserCallUse Call;
   CheckCost Cost;
@@ -176,10 +177,12 @@ inline constexpr AccessorFacts AccessorTable[] = {
 };
 
 inline constexpr GuardFacts GuardTable[] = {
-#define GJ_GUARD(Enum, Spelling, TorchName, Arity, ObjRule, Py, Call, Cost,    \
-                 FailRate, Pin, DiffRank, Keep, Compare, Residual, Torch)      \
+#define GJ_GUARD(Enum, Spelling, TorchName, Arity, ObjRule, AuxRule, Py, Call, \
+                 Cost, FailRate, Pin, DiffRank, Keep, Compare, Residual,       \
+                 Torch)                                                        \
   {Arity,                                                                      \
    ObjRule,                                                                    \
+   AuxRule,                                                                    \
    PythonUse::Py,                                                              \
    UserCallUse::Call,                                                          \
    costOf(Cost),                                                               \
@@ -275,6 +278,8 @@ constexpr ObjectRule guardObjectRule(GuardKind K) {
 constexpr bool mayRunPython(GuardKind K) {
   return kindfacts::of(K).Python == PythonUse::MayRunPython;
 }
+/// What the `aux` of a guard of kind `K` must be (the verifier's rule).
+constexpr ObjectRule guardAuxRule(GuardKind K) { return kindfacts::of(K).Aux; }
 /// Whether a check of kind `K` calls a user callable once per run (a
 /// lambda guard): two such guards are never merged.
 constexpr bool callsUserCode(GuardKind K) {

@@ -6,11 +6,11 @@
 // Order.cpp mayRunPython, checkCost, failLikelihood, readCost and its
 // epilogue test; CSE.cpp isStableRead; GuardSet.cpp guardArity,
 // guardReadsObject, accessorReadsKey; Verifier.cpp guardObject, valueKey,
-// needs*Index; Dedup.cpp's lambda test; DeadValues.cpp readCannotFail;
-// DiffSet.cpp kindRank and its per-kind switches; FoldImplied.cpp;
-// SubtreeSkip.cpp residualGuardOk, residualAccessorOk; BoundGuardSet.cpp
-// isTorchGuard; Embed.cpp needsTorch. A new kind is added to these tables
-// too.
+// needs*Index and its aux test (Lowering.cpp's too); Dedup.cpp's lambda
+// test; DeadValues.cpp readCannotFail; DiffSet.cpp kindRank and its
+// per-kind switches; FoldImplied.cpp; SubtreeSkip.cpp residualGuardOk,
+// residualAccessorOk; BoundGuardSet.cpp isTorchGuard; Embed.cpp
+// needsTorch. A new kind is added to these tables too.
 //
 //===----------------------------------------------------------------------===//
 #include "guardjit/IR/KindFacts.h"
@@ -241,6 +241,12 @@ TEST(KindFactsTest, VerifierRulesAndUserCallsMatchTheOldSwitches) {
     ObjectRule Want = O == Objects.end() ? NoRule : O->second;
     EXPECT_EQ(guardObjectRule(K).U, Want.U);
     EXPECT_EQ(guardObjectRule(K).Kinds, Want.Kinds);
+    ObjectRule WantAux = K == GuardKind::DefaultDevice ? Req(Bit(OK::Dict))
+                         : K == GuardKind::FakeScriptTypeMatch
+                             ? Req(Bit(OK::Type))
+                             : NoRule;
+    EXPECT_EQ(guardAuxRule(K).U, WantAux.U);
+    EXPECT_EQ(guardAuxRule(K).Kinds, WantAux.Kinds);
     bool Lambda = K == GuardKind::Lambda || K == GuardKind::EpilogueLambda;
     EXPECT_EQ(callsUserCode(K), Lambda);
     EXPECT_EQ(isEpilogueCall(K), K == GuardKind::EpilogueLambda);
