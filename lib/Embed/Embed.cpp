@@ -62,17 +62,10 @@ OptLevel toOptLevel(CodeLevel L) {
 /// Whether binding `S` needs the ATen-backed hooks.
 bool needsTorch(const GuardSet &S) {
   for (const Guard &G : S.guards())
-    if (G.Kind == GuardKind::TensorMatch || G.Kind == GuardKind::GlobalState ||
-        G.Kind == GuardKind::TorchFunctionModeStack ||
-        G.Kind == GuardKind::SavedTensorsHooks ||
-        G.Kind == GuardKind::CowTensorMatch ||
-        G.Kind == GuardKind::StorageOverlapping ||
-        G.Kind == GuardKind::DispatchKeySetMatch)
+    if (needsTorchHooks(G.Kind))
       return true;
   for (const Value &V : S.values())
-    if (V.Kind == AccessorKind::Grad || V.Kind == AccessorKind::TensorSize ||
-        V.Kind == AccessorKind::TensorStride ||
-        V.Kind == AccessorKind::TensorStorageOffset)
+    if (needsTorchHooks(V.Kind))
       return true;
   return false;
 }

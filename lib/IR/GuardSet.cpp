@@ -8,7 +8,7 @@ namespace guardjit {
 
 std::string_view spelling(AccessorKind K) {
   switch (K) {
-#define GJ_ACCESSOR(Enum, Spelling, TorchName)                                 \
+#define GJ_ACCESSOR(Enum, Spelling, TorchName, ...)                            \
   case AccessorKind::Enum:                                                     \
     return Spelling;
 #include "guardjit/IR/Accessors.def"
@@ -18,7 +18,7 @@ std::string_view spelling(AccessorKind K) {
 
 std::string_view spelling(GuardKind K) {
   switch (K) {
-#define GJ_GUARD(Enum, Spelling, TorchName)                                    \
+#define GJ_GUARD(Enum, Spelling, TorchName, ...)                               \
   case GuardKind::Enum:                                                        \
     return Spelling;
 #include "guardjit/IR/Guards.def"
@@ -28,7 +28,7 @@ std::string_view spelling(GuardKind K) {
 
 std::string_view torchName(GuardKind K) {
   switch (K) {
-#define GJ_GUARD(Enum, Spelling, TorchName)                                    \
+#define GJ_GUARD(Enum, Spelling, TorchName, ...)                               \
   case GuardKind::Enum:                                                        \
     return TorchName;
 #include "guardjit/IR/Guards.def"
@@ -37,7 +37,7 @@ std::string_view torchName(GuardKind K) {
 }
 
 std::optional<AccessorKind> parseAccessorKind(std::string_view S) {
-#define GJ_ACCESSOR(Enum, Spelling, TorchName)                                 \
+#define GJ_ACCESSOR(Enum, Spelling, TorchName, ...)                            \
   if (S == Spelling)                                                           \
     return AccessorKind::Enum;
 #include "guardjit/IR/Accessors.def"
@@ -45,7 +45,7 @@ std::optional<AccessorKind> parseAccessorKind(std::string_view S) {
 }
 
 std::optional<GuardKind> parseGuardKind(std::string_view S) {
-#define GJ_GUARD(Enum, Spelling, TorchName)                                    \
+#define GJ_GUARD(Enum, Spelling, TorchName, ...)                               \
   if (S == Spelling)                                                           \
     return GuardKind::Enum;
 #include "guardjit/IR/Guards.def"
@@ -72,68 +72,6 @@ std::optional<ObjectKind> parseObjectKind(std::string_view S) {
     if (Name == S)
       return Kind;
   return std::nullopt;
-}
-
-int guardArity(GuardKind K) {
-  switch (K) {
-  case GuardKind::GlobalState:
-  case GuardKind::DefaultDevice:
-  case GuardKind::TorchFunctionModeStack:
-  case GuardKind::EpilogueLambda:
-  case GuardKind::DualLevelMatch:
-  case GuardKind::SavedTensorsHooks:
-    return 0;
-  case GuardKind::ObjectAliasing:
-    return 2;
-  case GuardKind::NoTensorAliasing:
-  case GuardKind::StorageOverlapping:
-  case GuardKind::ShapeExpr:
-    return -1;
-  default:
-    return 1;
-  }
-}
-
-bool guardReadsObject(GuardKind K) {
-  switch (K) {
-  case GuardKind::TypeMatch:
-  case GuardKind::IdMatch:
-  case GuardKind::EqualsMatch:
-  case GuardKind::DictContains:
-  case GuardKind::NoHasAttr:
-  case GuardKind::Lambda:
-  case GuardKind::EpilogueLambda:
-  case GuardKind::DefaultDevice:
-  case GuardKind::DimensionMarking:
-  case GuardKind::TorchFunctionModeStack:
-  case GuardKind::TupleIteratorLen:
-  case GuardKind::FakeScriptTypeMatch:
-  case GuardKind::RangeIteratorMatch:
-  case GuardKind::MappingKeysMatch:
-  case GuardKind::SetContains:
-  case GuardKind::DispatchKeySetMatch:
-  case GuardKind::DualLevelMatch:
-  case GuardKind::SavedTensorsHooks:
-    return true;
-  default:
-    return false;
-  }
-}
-
-bool accessorReadsKey(AccessorKind K) {
-  switch (K) {
-  case AccessorKind::FrameLocal:
-  case AccessorKind::Globals:
-  case AccessorKind::DictGetItem:
-  case AccessorKind::GetAttr:
-  case AccessorKind::GenericGetAttr:
-  case AccessorKind::GetItem:
-  case AccessorKind::Lambda:
-  case AccessorKind::GlobalWeakRef:
-    return true;
-  default:
-    return false;
-  }
 }
 
 GuardSet::GuardSet(std::string Name) : Name(std::move(Name)) {
@@ -195,7 +133,7 @@ void GuardSet::addGuard(Guard G) {
 
 std::vector<size_t> GuardSet::countByKind() const {
   size_t NumKinds = 0;
-#define GJ_GUARD(Enum, Spelling, TorchName) ++NumKinds;
+#define GJ_GUARD(Enum, Spelling, TorchName, ...) ++NumKinds;
 #include "guardjit/IR/Guards.def"
   std::vector<size_t> Counts(NumKinds, 0);
   for (const Guard &G : Guards)

@@ -24,12 +24,9 @@ using KindMask = unsigned;
 constexpr KindMask bit(ObjectKind K) { return 1u << static_cast<unsigned>(K); }
 constexpr KindMask AnyKind = 0;
 
-enum class Use { None, Optional, Required };
-
-struct ObjectRule {
-  Use U = Use::None;
-  KindMask Kinds = AnyKind;
-};
+/// Whether an object is used (KindFacts.h ObjectRule, a Guards.def /
+/// Accessors.def column).
+using Use = ObjectUse;
 
 enum class Arity { Zero, One, Two, AtLeastOne };
 
@@ -44,84 +41,6 @@ Arity arity(GuardKind K) {
   default:
     return Arity::AtLeastOne;
   }
-}
-
-/// What `object=` of a guard must be (recorder.py creates these kinds).
-ObjectRule guardObject(GuardKind K) {
-  switch (K) {
-  case GuardKind::TypeMatch:
-    return {Use::Required, bit(ObjectKind::Type)};
-  case GuardKind::IdMatch:
-    return {Use::Required, AnyKind};
-  case GuardKind::EqualsMatch:
-    return {Use::Required, bit(ObjectKind::Constant) | bit(ObjectKind::Key)};
-  case GuardKind::DictContains:
-    return {Use::Required, bit(ObjectKind::Key) | bit(ObjectKind::Constant)};
-  case GuardKind::NoHasAttr:
-    return {Use::Required, bit(ObjectKind::Key)};
-  case GuardKind::Lambda:
-  case GuardKind::EpilogueLambda:
-    return {Use::Required, bit(ObjectKind::Callable)};
-  case GuardKind::DefaultDevice:
-    return {Use::Required, AnyKind}; // the current device, None or a device
-  case GuardKind::DimensionMarking:
-  case GuardKind::TorchFunctionModeStack:
-    return {Use::Required, bit(ObjectKind::Constant)};
-  case GuardKind::GlobalState:
-    return {Use::Optional, bit(ObjectKind::State)}; // kept for debugging
-  case GuardKind::TupleIteratorLen:
-  case GuardKind::RangeIteratorMatch:
-  case GuardKind::SavedTensorsHooks: // torch.fx.GraphModule
-  case GuardKind::DispatchKeySetMatch:
-  case GuardKind::FakeScriptTypeMatch:
-    return {Use::Required, bit(ObjectKind::Type)};
-  case GuardKind::MappingKeysMatch:
-    return {Use::Required, bit(ObjectKind::Constant)};
-  case GuardKind::SetContains:
-    return {Use::Required, bit(ObjectKind::Key) | bit(ObjectKind::Constant)};
-  case GuardKind::DualLevelMatch: // the torch.autograd.forward_ad module
-    return {Use::Required, bit(ObjectKind::Object) | bit(ObjectKind::State)};
-  case GuardKind::ShapeExpr:
-    return {Use::Optional, bit(ObjectKind::Callable)}; // the Python fallback
-  default:
-    return {};
-  }
-}
-
-/// What `key=` of a value must be.
-ObjectRule valueKey(AccessorKind K) {
-  switch (K) {
-  case AccessorKind::FrameLocal:
-  case AccessorKind::DictGetItem:
-  case AccessorKind::GetAttr:
-  case AccessorKind::GenericGetAttr:
-  case AccessorKind::GetItem:
-  case AccessorKind::GlobalWeakRef: // the global's name
-    return {Use::Required, bit(ObjectKind::Key)};
-  case AccessorKind::Globals:
-    return {Use::Required, bit(ObjectKind::Dict)};
-  case AccessorKind::Lambda:
-    return {Use::Required, bit(ObjectKind::Callable)};
-  case AccessorKind::ContextVarGet: // the default of get(d); none for get()
-    return {Use::Optional, bit(ObjectKind::Constant)};
-  default:
-    return {};
-  }
-}
-
-/// Tuple and list items may have negative indices (the helper decides), but
-/// -1 is Value::Index's "no index"; dict insertion indices are >= 0.
-bool needsIndex(AccessorKind K) {
-  return K == AccessorKind::TupleGetItem || K == AccessorKind::ListGetItem ||
-         K == AccessorKind::SetGetItem ||
-         K == AccessorKind::TupleIteratorGetItem;
-}
-/// Tensor dimensions (size / stride) are >= 0.
-bool needsDimIndex(AccessorKind K) {
-  return K == AccessorKind::TensorSize || K == AccessorKind::TensorStride;
-}
-bool needsDictIndex(AccessorKind K) {
-  return K == AccessorKind::DictKey || K == AccessorKind::DictValue;
 }
 
 /// "a type object" / "a key or constant object".
@@ -236,7 +155,7 @@ private:
       report(Diag::Value, I, Diag::Operand,
              "parent %" + Twine(V.Parent) + " must be defined before %" +
                  Twine(I));
-    checkObject(Diag::Value, I, Diag::ObjectRef, V.Key, valueKey(V.Kind),
+    checkObject(Diag::Value, I, Diag::ObjectRef, V.Key, valueKeyRule(V.Kind),
                 Kind, "key");
     // GlobalWeakRefGuardAccessor is always a child of GlobalsGuardAccessor.
     if (V.Kind == AccessorKind::GlobalWeakRef && V.Parent < I &&
@@ -244,9 +163,9 @@ private:
       report(Diag::Value, I, Diag::Operand,
              "global_weakref needs a globals parent, %" + Twine(V.Parent) +
                  " is " + spelling(S.value(V.Parent).Kind));
-    if (needsIndex(V.Kind) && V.Index == -1)
+    if (valueIndexUse(V.Kind) == IndexUse::AnyIndex && V.Index == -1)
       report(Diag::Value, I, Diag::Whole, Twine(Kind) + " needs index=N");
-    if (needsDimIndex(V.Kind) && V.Index < 0)
+    if (valueIndexUse(V.Kind) == IndexUse::DimIndex && V.Index < 0)
       report(Diag::Value, I, Diag::Whole,
              Twine(Kind) + " needs index=N (a dimension) with N >= 0");
     if (V.Kind == AccessorKind::TensorStorageOffset && V.Index != -1)
@@ -255,7 +174,7 @@ private:
         (V.Index < 0 || V.Parent != GuardSet::root()))
       report(Diag::Value, I, Diag::Whole,
              "recorded needs the root as parent and index=N with N >= 0");
-    if (needsDictIndex(V.Kind) && V.Index < 0)
+    if (valueIndexUse(V.Kind) == IndexUse::DictIndex && V.Index < 0)
       report(Diag::Value, I, Diag::Whole,
              Twine(Kind) + " needs index=N with N >= 0");
     if (V.Origin != InvalidId && V.Origin >= S.origins().size())
@@ -293,14 +212,10 @@ private:
       if (G.Operands[Op] >= S.values().size())
         report(Diag::Guard, I, Diag::Operand,
                "use of undefined value %" + Twine(G.Operands[Op]), Op);
-    checkObject(Diag::Guard, I, Diag::ObjectRef, G.Object, guardObject(G.Kind),
-                Kind, "object");
-    ObjectRule Aux;
-    if (G.Kind == GuardKind::DefaultDevice)
-      Aux = {Use::Required, bit(ObjectKind::Dict)};
-    else if (G.Kind == GuardKind::FakeScriptTypeMatch)
-      Aux = {Use::Required, bit(ObjectKind::Type)};
-    checkObject(Diag::Guard, I, Diag::AuxRef, G.Aux, Aux, Kind, "aux");
+    checkObject(Diag::Guard, I, Diag::ObjectRef, G.Object,
+                guardObjectRule(G.Kind), Kind, "object");
+    checkObject(Diag::Guard, I, Diag::AuxRef, G.Aux, guardAuxRule(G.Kind),
+                Kind, "aux");
     if (G.Kind == GuardKind::TensorMatch) {
       if (G.Tensor == InvalidId)
         report(Diag::Guard, I, Diag::Whole, "tensor_match needs tensor=N");

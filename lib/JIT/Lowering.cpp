@@ -120,9 +120,7 @@ Error Lowerer::validate() const {
         return createStringError("%s: object %u is not in the object table",
                                  describe(I).c_str(), G.Object);
     }
-    if ((G.Kind == GuardKind::DefaultDevice ||
-         G.Kind == GuardKind::FakeScriptTypeMatch) &&
-        G.Aux >= NumObjects)
+    if (guardAuxRule(G.Kind).U == ObjectUse::Required && G.Aux >= NumObjects)
       return createStringError("%s: aux object %u is not in the object table",
                                describe(I).c_str(), G.Aux);
     if (G.Kind == GuardKind::RangeIteratorMatch && G.Ints.size() != 3)

@@ -64,11 +64,6 @@ uint32_t guardjit::layoutMemos(const GuardSet &S,
 
 namespace {
 
-bool isTorchGuard(GuardKind K) {
-  return K == GuardKind::TensorMatch || K == GuardKind::GlobalState ||
-         K == GuardKind::TorchFunctionModeStack;
-}
-
 /// Names a user of object `Id` so an unbound entry can be traced to a source.
 std::string describeObjectUser(const GuardSet &S, ObjectId Id) {
   for (size_t I = 0; I < S.guards().size(); ++I) {
@@ -372,7 +367,7 @@ BoundGuardSet::bind(std::shared_ptr<const GuardSet> SetPtr,
       B->Payloads[I] = &Slot;
       continue;
     }
-    if (!isTorchGuard(G.Kind))
+    if (!hasTorchPayload(G.Kind))
       continue;
     if (!Hooks || !Hooks->prepare)
       return Fail(describeGuard(S, I) +

@@ -44,44 +44,6 @@ bool guardjit::guardUsesDictCache(GuardKind K) {
   return K == GuardKind::DictContains;
 }
 
-bool guardjit::accessorReturnsNewRef(AccessorKind K) {
-  switch (K) {
-  case AccessorKind::GetAttr:
-  case AccessorKind::GenericGetAttr:
-  case AccessorKind::GetItem:
-  case AccessorKind::Lambda:
-  case AccessorKind::CallFunctionNoArgs:
-  case AccessorKind::WeakRefCall:
-  case AccessorKind::GlobalWeakRef:
-  case AccessorKind::Grad:
-  case AccessorKind::SetGetItem:
-  case AccessorKind::TensorSize:
-  case AccessorKind::TensorStride:
-  case AccessorKind::TensorStorageOffset:
-  case AccessorKind::ContextVarGet:
-    return true;
-  case AccessorKind::TupleIteratorGetItem:
-  case AccessorKind::Closure:
-  case AccessorKind::FuncDefaults:
-  case AccessorKind::FuncKwDefaults:
-  case AccessorKind::TypeDict:
-  case AccessorKind::TypeMro:
-  case AccessorKind::Root:
-  case AccessorKind::FrameLocal:
-  case AccessorKind::Globals:
-  case AccessorKind::DictGetItem:
-  case AccessorKind::GenericDict:
-  case AccessorKind::Code:
-  case AccessorKind::Type:
-  case AccessorKind::TupleGetItem:
-  case AccessorKind::ListGetItem:
-  case AccessorKind::DictKey:
-  case AccessorKind::DictValue:
-    return false;
-  }
-  return false;
-}
-
 //===----------------------------------------------------------------------===//
 // Accessors
 //===----------------------------------------------------------------------===//

@@ -38,82 +38,36 @@ bool isDictGuard(GuardKind K) {
          K == GuardKind::DictVersion;
 }
 
-/// Accessors R may contain: pure reads that run no Python code.
+/// Accessors R may contain: pure reads that run no Python code
+/// (Accessors.def `Residual`).
 bool residualAccessorOk(const GuardSet &S, const Value &V,
                         PyObject *const *Objs) {
-  switch (V.Kind) {
-  case AccessorKind::Root:
-  case AccessorKind::Recorded:
-  case AccessorKind::Globals:
-  case AccessorKind::GenericDict:
-  case AccessorKind::Type:
-  case AccessorKind::TupleGetItem:
-  case AccessorKind::ListGetItem:
-  case AccessorKind::DictKey:
-  case AccessorKind::DictValue:
-  case AccessorKind::Code:
-  case AccessorKind::Closure:
-  case AccessorKind::FuncDefaults:
-  case AccessorKind::FuncKwDefaults:
-  case AccessorKind::TypeDict:
-  case AccessorKind::TypeMro:
-  case AccessorKind::TensorSize:
-  case AccessorKind::TensorStride:
-  case AccessorKind::TensorStorageOffset:
+  (void)S;
+  switch (residualUse(V.Kind)) {
+  case ResidualUse::Residual:
     return true;
-  case AccessorKind::FrameLocal:
-  case AccessorKind::DictGetItem:
+  case ResidualUse::ResidualIfStrKey:
     return PyUnicode_CheckExact(Objs[V.Key]);
-  case AccessorKind::ContextVarGet:
-    // Python-free on an exact ContextVar (PyContextVar_Get), but `get` is
-    // called on any other parent, and nothing here proves the parent's type.
-    return false;
   default:
-    (void)S;
     return false;
   }
 }
 
-/// Guards R may contain: native checks that run no Python code.
+/// Guards R may contain: native checks that run no Python code (Guards.def
+/// `Residual`).
 bool residualGuardOk(const Guard &G, PyObject *const *Objs) {
-  switch (G.Kind) {
-  case GuardKind::TypeMatch:
-  case GuardKind::IdMatch:
-  case GuardKind::NoneMatch:
-  case GuardKind::TrueMatch:
-  case GuardKind::FalseMatch:
-  case GuardKind::NotNone:
-  case GuardKind::DictLength:
-  case GuardKind::DictVersion:
-  case GuardKind::TensorMatch:
-  case GuardKind::DimensionMarking:
-  case GuardKind::GlobalState:
-  case GuardKind::DefaultDevice:
-  case GuardKind::TorchFunctionModeStack:
-  case GuardKind::NoTensorAliasing:
-  case GuardKind::FloatIsNan:
-  case GuardKind::ComplexIsNan:
-  case GuardKind::ObjectAliasing:
-  case GuardKind::StorageOverlapping:
-  case GuardKind::SavedTensorsHooks:
-  case GuardKind::DispatchKeySetMatch:
-  case GuardKind::DualLevelMatch:
-  case GuardKind::TupleIteratorLen:
-  case GuardKind::RangeIteratorMatch:
+  switch (residualUse(G.Kind)) {
+  case ResidualUse::Residual:
     return true;
-  case GuardKind::EqualsMatch:
+  case ResidualUse::ResidualIfScalarConstant:
     // gj_rt_equals_match compares exact types first, so a live value of a
     // scalar constant's type compares in C. A tuple constant's items are
     // compared with the live tuple's items, whose __eq__ may be Python.
     return deeplyImmutable(Objs[G.Object]) && !PyTuple_Check(Objs[G.Object]);
-  case GuardKind::DictContains:
+  case ResidualUse::ResidualIfStrObject:
     return PyUnicode_CheckExact(Objs[G.Object]);
-  case GuardKind::ShapeExpr:
+  case ResidualUse::ResidualIfNoFallback:
     return G.Object == InvalidId; // the Python fallback never runs
-  case GuardKind::CowTensorMatch:
-    // isinstance(x, torch.Tensor) reads a non-tensor's `__class__`, which
-    // may be a Python property.
-    return false;
   default:
     return false;
   }

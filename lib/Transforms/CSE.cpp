@@ -3,37 +3,12 @@
 
 #include "Rewrite.h"
 
+#include "guardjit/IR/KindFacts.h"
+
 #include <map>
 #include <tuple>
 
 using namespace guardjit;
-
-/// Accessors whose read returns the same object each time on the same
-/// parent within one call and runs no Python code (CSE.h).
-static bool isStableRead(AccessorKind K) {
-  switch (K) {
-  case AccessorKind::FrameLocal:
-  case AccessorKind::Globals:
-  case AccessorKind::DictGetItem:
-  case AccessorKind::GenericDict:
-  case AccessorKind::Code:
-  case AccessorKind::Type:
-  case AccessorKind::TupleGetItem:
-  case AccessorKind::ListGetItem:
-  case AccessorKind::DictKey:
-  case AccessorKind::DictValue:
-  case AccessorKind::Closure:
-  case AccessorKind::FuncDefaults:
-  case AccessorKind::FuncKwDefaults:
-  case AccessorKind::TypeDict:
-  case AccessorKind::TypeMro:
-  case AccessorKind::WeakRefCall:
-  case AccessorKind::GlobalWeakRef:
-    return true;
-  default:
-    return false;
-  }
-}
 
 void CSEPass::run(GuardSet &S, const PassContext &) {
   size_t N = S.values().size();
@@ -60,7 +35,8 @@ void CSEPass::run(GuardSet &S, const PassContext &) {
   for (ValueId I = 0; I < N; ++I) {
     Map[I] = I;
     const Value &V = S.value(I);
-    if (V.Kind == AccessorKind::Root || !isStableRead(V.Kind))
+    // Stable reads (Accessors.def) return the same object on one parent.
+    if (!isStableRead(V.Kind))
       continue;
     // Parents precede children, so Map[Parent] is final.
     AccessKey K{uint8_t(V.Kind), Map[V.Parent], V.Name, V.Index,

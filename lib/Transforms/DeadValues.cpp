@@ -3,6 +3,8 @@
 
 #include "Rewrite.h"
 
+#include "guardjit/IR/KindFacts.h"
+
 #include <numeric>
 
 using namespace guardjit;
@@ -10,16 +12,15 @@ using namespace guardjit;
 /// Whether reading value `V` cannot fail once its parent was read (see
 /// DeadValues.h for each case).
 static bool readCannotFail(const GuardSet &S, const Value &V) {
-  switch (V.Kind) {
-  case AccessorKind::Type:
-  case AccessorKind::Globals:
+  switch (readFailure(V.Kind)) {
+  case ReadFailure::NeverFails:
     return true;
-  case AccessorKind::TypeDict:
-  case AccessorKind::TypeMro:
+  case ReadFailure::FailsUnlessParentIsType:
     return S.value(V.Parent).Kind == AccessorKind::Type;
-  default:
+  case ReadFailure::MayFail:
     return false;
   }
+  return false;
 }
 
 void DeadValuesPass::run(GuardSet &S, const PassContext &) {

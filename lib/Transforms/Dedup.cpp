@@ -3,6 +3,8 @@
 
 #include "Rewrite.h"
 
+#include "guardjit/IR/KindFacts.h"
+
 #include <unordered_map>
 
 using namespace guardjit;
@@ -42,7 +44,7 @@ void DedupPass::run(GuardSet &S, const PassContext &) {
   std::unordered_map<uint64_t, std::vector<size_t>> Buckets;
   for (size_t I = 0; I < Gs.size(); ++I) {
     const Guard &G = Gs[I];
-    if (G.Kind == GuardKind::Lambda || G.Kind == GuardKind::EpilogueLambda)
+    if (callsUserCode(G.Kind)) // never merged (Dedup.h)
       continue;
     uint64_t Key = (uint64_t(G.Operands.empty() ? InvalidId : G.Operands[0])
                     << 8) |

@@ -12,6 +12,8 @@
 
 #include "Rewrite.h"
 
+#include "guardjit/IR/KindFacts.h"
+
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/JSON.h"
 
@@ -73,44 +75,8 @@ private:
   std::map<std::string, uint32_t> Ids;
 };
 
-/// Rank for deterministic tie-breaks: cheaper kinds first.
-unsigned kindRank(GuardKind K) {
-  switch (K) {
-  case GuardKind::NoneMatch:
-  case GuardKind::TrueMatch:
-  case GuardKind::FalseMatch:
-  case GuardKind::NotNone:
-  case GuardKind::IdMatch:
-  case GuardKind::TypeMatch:
-    return 0;
-  case GuardKind::EqualsMatch:
-  case GuardKind::LengthCheck:
-  case GuardKind::LengthCheckSetSize:
-  case GuardKind::DictLength:
-  case GuardKind::DictContains:
-  case GuardKind::SetContains:
-  case GuardKind::DictVersion:
-  case GuardKind::DualLevelMatch:
-  case GuardKind::TupleIteratorLen:
-  case GuardKind::RangeIteratorMatch:
-    return 1;
-  case GuardKind::TensorMatch:
-  case GuardKind::DispatchKeySetMatch:
-  case GuardKind::CowTensorMatch:
-  case GuardKind::GlobalState:
-  case GuardKind::DefaultDevice:
-  case GuardKind::TorchFunctionModeStack:
-  case GuardKind::FloatIsNan:
-  case GuardKind::ComplexIsNan:
-    return 2;
-  case GuardKind::Lambda:
-  case GuardKind::EpilogueLambda:
-  case GuardKind::FakeScriptTypeMatch:
-    return 5;
-  default:
-    return 3;
-  }
-}
+/// Rank of a guard-less leaf read among the kinds' ranks (Guards.def
+/// `DiffRank`: cheaper kinds first).
 constexpr unsigned ReadRank = 2;
 
 /// One check of a unit: a guard, or the read of a guard-less leaf value.
@@ -173,13 +139,13 @@ public:
     for (ValueId Op : G.Operands)
       K += std::to_string(U.PathOf[Op]) + ",";
     K += ")";
-    switch (G.Kind) {
-    case GuardKind::GlobalState:
+    switch (diffCompare(G.Kind)) {
+    case DiffCompare::CompareStateJson:
       // The check compares the current state with the saved one, all of
       // whose compared fields are the JSON (guard-semantics.md §6; the
       // runtime builds its payload from Str alone).
       return K + "s=" + G.Str;
-    case GuardKind::ShapeExpr:
+    case DiffCompare::CompareShapeExpr:
       // The fallback is compiled from the code part (verbose) and only runs
       // where int64/double cannot decide (guard-semantics.md §11): the same
       // expression, operands and code part answer alike.
@@ -221,7 +187,7 @@ UnitModel buildModel(const GuardSet &S, size_t Unit, const Identity &Id,
     Check C;
     C.Index = I;
     C.Key = Keys.get(Id.guard(U, Gs[I]));
-    C.Rank = kindRank(Gs[I].Kind);
+    C.Rank = diffRank(Gs[I].Kind);
     U.Checks.push_back(C);
     if (Gs[I].Operands.size() == 1 && guardArity(Gs[I].Kind) == 1)
       U.OnPath[U.PathOf[Gs[I].Operands[0]]].push_back(I);
@@ -265,9 +231,9 @@ public:
     if (provenDifferent(IA, IB))
       return true;
     // NOT_NONE against a guard pinning the value to None.
-    std::optional<std::string> None = pinnedIdentity(UA, noneMatch());
-    if ((A.Kind == GuardKind::NotNone && IB && *IB == *None) ||
-        (B.Kind == GuardKind::NotNone && IA && *IA == *None))
+    std::string None = singleton(F.None, "None");
+    if ((valuePin(A.Kind) == ValuePin::PinNotNone && IB && *IB == None) ||
+        (valuePin(B.Kind) == ValuePin::PinNotNone && IA && *IA == None))
       return true;
     // Two guards that pin the value's exact type to different types.
     if (provenDifferent(pinnedType(UA, A), pinnedType(UB, B)))
@@ -276,35 +242,30 @@ public:
       return true;
     if (A.Kind != B.Kind)
       return false;
-    switch (A.Kind) {
-    case GuardKind::TensorMatch:
+    switch (diffCompare(A.Kind)) {
+    case DiffCompare::CompareTensorSpec:
       return tensorsContradict(UA.S->tensorSpec(A.Tensor),
                                UB.S->tensorSpec(B.Tensor));
-    case GuardKind::LengthCheck:
-    case GuardKind::LengthCheckSetSize:
-    case GuardKind::DictLength:
-    case GuardKind::DictVersion:
-    case GuardKind::CowTensorMatch:
+    case DiffCompare::CompareInt:
       return A.Int != B.Int;
-    case GuardKind::DictContains:
-    case GuardKind::SetContains:
+    case DiffCompare::CompareMembership:
       return (A.Int != 0) != (B.Int != 0) &&
              Id.object(UA, A.Object) == Id.object(UB, B.Object);
-    case GuardKind::GlobalState:
+    case DiffCompare::CompareStateJson:
       return globalStatesContradict(A.Str, B.Str);
-    default:
+    case DiffCompare::CompareFields:
+    case DiffCompare::CompareShapeExpr:
       return false;
     }
+    return false;
   }
 
 private:
-  static const Guard &noneMatch() {
-    static const Guard G = [] {
-      Guard N;
-      N.Kind = GuardKind::NoneMatch;
-      return N;
-    }();
-    return G;
+  /// The identity string of a singleton: its address when known, else its
+  /// name.
+  static std::string singleton(uintptr_t Addr, const char *Name) {
+    return Addr ? "@" + llvm::utohexstr(Addr)
+                : std::string("=singleton:") + Name;
   }
 
   /// Identity strings start with their domain: '@' an address, '=' a
@@ -330,17 +291,14 @@ private:
   /// when known, so that ID_MATCH(None) and NONE_MATCH agree).
   std::optional<std::string> pinnedIdentity(const UnitModel &U,
                                             const Guard &G) const {
-    auto Singleton = [](uintptr_t Addr, const char *Name) {
-      return Addr ? "@" + llvm::utohexstr(Addr) : std::string("=singleton:") + Name;
-    };
-    switch (G.Kind) {
-    case GuardKind::NoneMatch:
-      return Singleton(F.None, "None");
-    case GuardKind::TrueMatch:
-      return Singleton(F.True, "True");
-    case GuardKind::FalseMatch:
-      return Singleton(F.False, "False");
-    case GuardKind::IdMatch: {
+    switch (valuePin(G.Kind)) {
+    case ValuePin::PinNone:
+      return singleton(F.None, "None");
+    case ValuePin::PinTrue:
+      return singleton(F.True, "True");
+    case ValuePin::PinFalse:
+      return singleton(F.False, "False");
+    case ValuePin::PinIdentity: {
       const ObjectEntry &E = U.S->object(G.Object);
       // Parsed text: an ID_MATCH object's repr says nothing about whether it
       // is one of the singletons, so it is comparable with other ID_MATCHes
@@ -365,18 +323,18 @@ private:
   /// None's.
   bool equalsRejectsSingleton(const UnitModel &U, const Guard &E,
                               const Guard &S) const {
-    if (E.Kind != GuardKind::EqualsMatch)
+    if (valuePin(E.Kind) != ValuePin::PinEqual)
       return false;
     uintptr_t Addr;
     const char *Repr;
-    switch (S.Kind) {
-    case GuardKind::NoneMatch:
+    switch (valuePin(S.Kind)) {
+    case ValuePin::PinNone:
       Addr = F.None, Repr = "None";
       break;
-    case GuardKind::TrueMatch:
+    case ValuePin::PinTrue:
       Addr = F.True, Repr = "True";
       break;
-    case GuardKind::FalseMatch:
+    case ValuePin::PinFalse:
       Addr = F.False, Repr = "False";
       break;
     default:
@@ -391,22 +349,22 @@ private:
   /// The exact type a passing value must have, as an identity string.
   std::optional<std::string> pinnedType(const UnitModel &U,
                                         const Guard &G) const {
-    switch (G.Kind) {
-    case GuardKind::TypeMatch:
+    switch (valuePin(G.Kind)) {
+    case ValuePin::PinExactType:
       return Id.object(U, G.Object);
-    case GuardKind::TensorMatch:
+    case ValuePin::PinTensorType:
       // TensorCheck first tests Py_TYPE(v) == pytype (guard-semantics.md §5).
       return Id.object(U, U.S->tensorSpec(G.Tensor).PyType);
-    case GuardKind::IdMatch:
-    case GuardKind::EqualsMatch:
+    case ValuePin::PinIdentity:
+    case ValuePin::PinEqual:
       // ID_MATCH: v is o. EQUALS_MATCH: v is c, or type(v) is type(c) and
       // v == c (§4). Either way type(v) is type(o) when that type is fixed.
       return fixedType(U.S->object(G.Object).Address);
-    case GuardKind::NoneMatch:
+    case ValuePin::PinNone:
       return fixedType(F.None);
-    case GuardKind::TrueMatch:
+    case ValuePin::PinTrue:
       return fixedType(F.True);
-    case GuardKind::FalseMatch:
+    case ValuePin::PinFalse:
       return fixedType(F.False);
     default:
       return std::nullopt;
@@ -803,15 +761,11 @@ GuardSet reducedSet(const UnitModel &U, const std::vector<uint8_t> &In,
     }
     if (Policy != DiffSetPolicy::GuardedMinimal)
       continue;
-    switch (G.Kind) {
-    case GuardKind::TypeMatch:
-    case GuardKind::NoneMatch:
-    case GuardKind::TrueMatch:
-    case GuardKind::FalseMatch:
-    case GuardKind::EqualsMatch:
+    switch (diffKeep(G.Kind)) {
+    case DiffKeepRule::DiffKeep:
       Kept.push_back(std::move(G));
       break;
-    case GuardKind::TensorMatch: {
+    case DiffKeepRule::DiffKeepWithoutSizes: {
       // TensorCheck skips a dim whose size (stride) is nullopt but still
       // compares the rank (guard-semantics.md §5), so this checks pytype,
       // dispatch keys, dtype, device, requires_grad and rank only.
@@ -822,7 +776,7 @@ GuardSet reducedSet(const UnitModel &U, const std::vector<uint8_t> &In,
       Kept.push_back(std::move(G));
       break;
     }
-    default:
+    case DiffKeepRule::DiffDrop:
       break;
     }
   }

@@ -3,6 +3,8 @@
 
 #include "Rewrite.h"
 
+#include "guardjit/IR/KindFacts.h"
+
 using namespace guardjit;
 
 namespace {
@@ -12,19 +14,20 @@ public:
   Implication(const GuardSet &S, const ObjectFacts &F) : S(S), F(F) {}
 
   /// Whether `A` passing implies `B` passing, for two guards on the same
-  /// value (FoldImplied.h lists the rules and their reasons).
+  /// value (FoldImplied.h lists the rules and their reasons), by what each
+  /// kind pins a passing value to (Guards.def `Pin`).
   bool implies(const Guard &A, const Guard &B) const {
-    switch (B.Kind) {
-    case GuardKind::TypeMatch:
+    ValuePin PA = valuePin(A.Kind);
+    switch (valuePin(B.Kind)) {
+    case ValuePin::PinExactType:
       return impliesType(A, B.Object);
-    case GuardKind::NotNone:
-      return A.Kind == GuardKind::TensorMatch ||
-             A.Kind == GuardKind::TrueMatch ||
-             A.Kind == GuardKind::FalseMatch ||
-             (A.Kind == GuardKind::IdMatch && F.None &&
-              address(A.Object) && address(A.Object) != F.None);
-    case GuardKind::EqualsMatch:
-      return A.Kind == GuardKind::IdMatch && sameObject(S, A.Object, B.Object);
+    case ValuePin::PinNotNone:
+      return PA == ValuePin::PinTensorType || PA == ValuePin::PinTrue ||
+             PA == ValuePin::PinFalse ||
+             (PA == ValuePin::PinIdentity && F.None && address(A.Object) &&
+              address(A.Object) != F.None);
+    case ValuePin::PinEqual:
+      return PA == ValuePin::PinIdentity && sameObject(S, A.Object, B.Object);
     default:
       return false;
     }
@@ -32,18 +35,18 @@ public:
 
 private:
   bool impliesType(const Guard &A, ObjectId Type) const {
-    switch (A.Kind) {
-    case GuardKind::TensorMatch:
+    switch (valuePin(A.Kind)) {
+    case ValuePin::PinTensorType:
       return A.Tensor != InvalidId &&
              sameObject(S, S.tensorSpec(A.Tensor).PyType, Type);
-    case GuardKind::IdMatch:
-    case GuardKind::EqualsMatch:
+    case ValuePin::PinIdentity:
+    case ValuePin::PinEqual:
       return fixedTypeIs(address(A.Object), Type);
-    case GuardKind::NoneMatch:
+    case ValuePin::PinNone:
       return fixedTypeIs(F.None, Type);
-    case GuardKind::TrueMatch:
+    case ValuePin::PinTrue:
       return fixedTypeIs(F.True, Type);
-    case GuardKind::FalseMatch:
+    case ValuePin::PinFalse:
       return fixedTypeIs(F.False, Type);
     default:
       return false;

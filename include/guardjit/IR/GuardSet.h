@@ -16,6 +16,7 @@
 #ifndef GUARDJIT_IR_GUARDSET_H
 #define GUARDJIT_IR_GUARDSET_H
 
+#include "guardjit/IR/KindFacts.h"
 #include "guardjit/IR/ShapeExpr.h"
 
 #include <cstdint>
@@ -26,15 +27,8 @@
 
 namespace guardjit {
 
-enum class AccessorKind : uint8_t {
-#define GJ_ACCESSOR(Enum, Spelling, TorchName) Enum,
-#include "guardjit/IR/Accessors.def"
-};
-
-enum class GuardKind : uint8_t {
-#define GJ_GUARD(Enum, Spelling, TorchName) Enum,
-#include "guardjit/IR/Guards.def"
-};
+// AccessorKind, GuardKind and what each kind is (guardArity,
+// guardReadsObject, accessorReadsKey, ...): IR/KindFacts.h.
 
 /// Spelling used by the .gir printer, e.g. "dict_get_item".
 std::string_view spelling(AccessorKind K);
@@ -43,19 +37,6 @@ std::string_view spelling(GuardKind K);
 std::string_view torchName(GuardKind K);
 std::optional<AccessorKind> parseAccessorKind(std::string_view S);
 
-/// Operands a guard of kind `K` reads: 0 for root guards over ambient state
-/// and epilogue lambdas (they receive the frame locals), 2 for
-/// OBJECT_ALIASING, -1 for "one or more" (NO_TENSOR_ALIASING,
-/// STORAGE_OVERLAPPING, SHAPE_ENV expressions), 1 otherwise. The one
-/// definition the verifier, the
-/// binder and the lowering share.
-int guardArity(GuardKind K);
-/// Whether a guard of kind `K` needs its `Object` table entry (checked when
-/// verifying, binding and lowering).
-bool guardReadsObject(GuardKind K);
-/// Whether an accessor of kind `K` needs its `Key` object. contextvar_get
-/// reads one only when present (get(d)'s default) and is not counted here.
-bool accessorReadsKey(AccessorKind K);
 std::optional<GuardKind> parseGuardKind(std::string_view S);
 
 using ValueId = uint32_t;
@@ -69,16 +50,7 @@ struct UserLoc {
   bool empty() const { return File.empty(); }
 };
 
-/// What an object table entry is, for printing and for ownership.
-enum class ObjectKind : uint8_t {
-  Type,     ///< a type object, compared by identity
-  Object,   ///< any object compared by identity (ID_MATCH)
-  Constant, ///< a value compared by ==, kept alive (EQUALS_MATCH)
-  Callable, ///< a Python callable invoked by a lambda guard
-  Dict,     ///< a dict read by an accessor (f_globals)
-  Key,      ///< a dict key (str or other hashable), kept alive
-  State,    ///< an opaque torch object (GlobalStateGuard, device)
-};
+// ObjectKind: IR/KindFacts.h.
 
 /// Spelling used by the .gir printer, e.g. "type".
 std::string_view spelling(ObjectKind K);

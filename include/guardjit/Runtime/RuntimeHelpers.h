@@ -28,9 +28,8 @@ namespace guardjit {
 /// (TENSOR_MATCH, DISPATCH_KEY_SET_MATCH): the check reads it once.
 bool guardNeedsLocalState(GuardKind K);
 
-/// Whether the runtime accessor for `K` returns a new reference that the
-/// caller must release with gj_rt_decref once the value's guards have run.
-bool accessorReturnsNewRef(AccessorKind K);
+// Whether an accessor returns a new reference: accessorReturnsNewRef
+// (IR/KindFacts.h, the `Ref` column of Accessors.def).
 
 /// Whether reads of accessor `K` go through a DictReadCache slot in native
 /// code: FrameLocal and DictGetItem (PyDict_GetItem), DictKey and DictValue

@@ -93,7 +93,7 @@ TEST(GuardSetTest, CountByKind) {
   }
   std::vector<size_t> Counts = S.countByKind();
   size_t NumKinds = 0;
-#define GJ_GUARD(Enum, Spelling, TorchName) ++NumKinds;
+#define GJ_GUARD(Enum, Spelling, TorchName, ...) ++NumKinds;
 #include "guardjit/IR/Guards.def"
   ASSERT_EQ(Counts.size(), NumKinds);
   EXPECT_EQ(Counts[size_t(GuardKind::TypeMatch)], 2u);
@@ -121,7 +121,7 @@ TEST(GuardSetTest, TensorSpecsAreIndexed) {
 
 TEST(GuardSetTest, GuardKindSpellingsRoundTrip) {
   std::set<std::string_view> Spellings, TorchNames;
-#define GJ_GUARD(Enum, Spelling, TorchName)                                    \
+#define GJ_GUARD(Enum, Spelling, TorchName, ...)                               \
   {                                                                            \
     EXPECT_EQ(spelling(GuardKind::Enum), Spelling);                            \
     EXPECT_EQ(torchName(GuardKind::Enum), TorchName);                          \
@@ -141,7 +141,7 @@ TEST(GuardSetTest, GuardKindSpellingsRoundTrip) {
 
 TEST(GuardSetTest, AccessorKindSpellingsRoundTrip) {
   std::set<std::string_view> Spellings;
-#define GJ_ACCESSOR(Enum, Spelling, TorchName)                                 \
+#define GJ_ACCESSOR(Enum, Spelling, TorchName, ...)                            \
   {                                                                            \
     EXPECT_EQ(spelling(AccessorKind::Enum), Spelling);                         \
     std::optional<AccessorKind> K = parseAccessorKind(Spelling);               \

@@ -26,7 +26,7 @@ std::string readDoc() {
 TEST(KindSupportDoc, EveryGuardKindHasARow) {
   std::string Doc = readDoc();
   ASSERT_FALSE(Doc.empty());
-#define GJ_GUARD(Enum, Spelling, TorchName)                                    \
+#define GJ_GUARD(Enum, Spelling, TorchName, ...)                               \
   EXPECT_NE(Doc.find("| `" Spelling "` | " TorchName " |"), std::string::npos) \
       << Spelling;
 #include "guardjit/IR/Guards.def"
@@ -35,7 +35,7 @@ TEST(KindSupportDoc, EveryGuardKindHasARow) {
 TEST(KindSupportDoc, EveryAccessorKindHasARow) {
   std::string Doc = readDoc();
   ASSERT_FALSE(Doc.empty());
-#define GJ_ACCESSOR(Enum, Spelling, TorchName)                                 \
+#define GJ_ACCESSOR(Enum, Spelling, TorchName, ...)                            \
   EXPECT_NE(Doc.find("| `" Spelling "` | " TorchName " |"), std::string::npos) \
       << Spelling;
 #include "guardjit/IR/Accessors.def"

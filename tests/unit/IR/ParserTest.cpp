@@ -57,7 +57,7 @@ GuardSet makeEverything() {
 
   ValueId Last = GuardSet::root();
   ValueId GlobalsValue = GuardSet::root();
-#define GJ_ACCESSOR(Enum, Spelling, TorchName)                                 \
+#define GJ_ACCESSOR(Enum, Spelling, TorchName, ...)                            \
   if (AccessorKind::Enum != AccessorKind::Root) {                              \
     Value V;                                                                   \
     V.Kind = AccessorKind::Enum;                                               \
@@ -105,7 +105,7 @@ GuardSet makeEverything() {
 #include "guardjit/IR/Accessors.def"
 
   uint32_t N = 0;
-#define GJ_GUARD(Enum, Spelling, TorchName)                                    \
+#define GJ_GUARD(Enum, Spelling, TorchName, ...)                               \
   {                                                                            \
     Guard G;                                                                   \
     G.Kind = GuardKind::Enum;                                                  \

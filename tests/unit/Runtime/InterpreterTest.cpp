@@ -1319,7 +1319,7 @@ TEST(RuntimeHelpersTest, DescriptorReadsOfNewReferencesAreGetattrAndGetitem) {
   // gj_rt_read_run's paths hold the new references they read by testing
   // for these two kinds: the other descriptor reads must stay borrowed.
   const AccessorKind Kinds[] = {
-#define GJ_ACCESSOR(Enum, Spelling, TorchName) AccessorKind::Enum,
+#define GJ_ACCESSOR(Enum, Spelling, TorchName, ...) AccessorKind::Enum,
 #include "guardjit/IR/Accessors.def"
   };
   for (AccessorKind K : Kinds)
