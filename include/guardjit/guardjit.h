@@ -38,9 +38,15 @@
 //  - With the GIL held, before the set is checked: enableSubtreeSkip.
 //  - Without the GIL (any thread): Runtime::load, LoadedSet::compile and
 //    waitForCode (never hold the GIL while waiting: the background compile
-//    never needs it, but your other threads may), stats, name, objects.
-//  - Background compiles run on guardjit's one compile thread (shared with
-//    the Python plugin in the same process); it never takes the GIL. The
+//    never needs it, but your other threads may), name, objects.
+//  - With or without the GIL (any thread): stats. It takes the GIL for a
+//    moment to read the counters check() writes under it, so do not call it
+//    from a thread that holds a lock a GIL holder waits for.
+//  - compile, waitForCode and stats may run while another thread evicts the
+//    set: evict waits for them (and they then see the set evicted).
+//  - Background compiles run on one compile thread of the embedding library
+//    (a host that also imports the Python plugin has the plugin's thread
+//    beside it: each is linked with its own copy); it never takes the GIL. The
 //    references it lets go of are dropped by the next GIL holder (a CPython
 //    pending call, or evict()). Destroy every LoadedSet before Py_Finalize.
 //  - One LoadedSet may be checked by several threads (each holding the GIL

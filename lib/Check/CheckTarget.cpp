@@ -184,18 +184,14 @@ bool startNative(std::shared_ptr<CheckTarget> T, int Level, int Then,
                  const ProviderLookup &Providers, bool HoldsGil) {
   if (T->Fn.load() || T->QueuedLevel.load() >= 0)
     return false; // native already, or on its way
-  std::shared_ptr<CodeProvider> Next;
-  int Queued = Level;
-  if (Then > Level) {
-    Next = Providers(Then);
-    if (!Next)
-      return false;
-    Queued = Then;
-  }
-  T->QueuedLevel.store(Queued); // the GIL (or the front door) serializes
   std::shared_ptr<CodeProvider> First = Providers(Level);
   if (!First)
     return false;
+  // No provider for the tier-up level: the first code only.
+  std::shared_ptr<CodeProvider> Next = Then > Level ? Providers(Then) : nullptr;
+  // Stored once both lookups are done, so a failed lookup leaves the target
+  // free to be queued again. The GIL (or the front door) serializes callers.
+  T->QueuedLevel.store(Next ? Then : Level);
   return scheduleTierUp(std::move(T), std::move(First), std::move(Next),
                         HoldsGil);
 }

@@ -247,6 +247,10 @@ struct LoadedSet::Impl {
   /// The check (lib/Check), made by bind: the bound set, its code, its
   /// subtree skipping. Destroyed with the GIL (it holds references).
   std::shared_ptr<CheckTarget> Target;
+  /// Guards the Target pointer against evict() for the calls that run
+  /// without the GIL (compile, waitForCode, stats). Lock order: the GIL
+  /// first, then TargetLock, then CompileLock.
+  mutable std::mutex TargetLock;
   std::mutex CompileLock; ///< serializes compile() and enableSubtreeSkip()
   bool CompileStarted = false; ///< guarded by CompileLock
   std::atomic<uint64_t> Checks{0}, Hits{0};
@@ -460,6 +464,7 @@ Status LoadedSet::bindByName(const std::map<std::string, void *> &Map,
 }
 
 Status LoadedSet::compile(bool Background) {
+  std::lock_guard<std::mutex> TargetLock(I->TargetLock);
   if (Status S = I->ready(); !S)
     return S;
   CheckTarget &T = *I->Target;
@@ -497,7 +502,11 @@ Status LoadedSet::compile(bool Background) {
 }
 
 Status LoadedSet::waitForCode() {
-  std::shared_ptr<CheckTarget> T = I->Target;
+  // Held while waiting: evict() (which waits for the same compiles) must not
+  // free the target meanwhile, and this thread must not be left holding the
+  // last reference (the target's references need the GIL to go).
+  std::lock_guard<std::mutex> TargetLock(I->TargetLock);
+  CheckTarget *T = I->Target.get();
   if (!T)
     return Status::success();
   waitTarget(*T, -1);
@@ -591,9 +600,18 @@ SetStats LoadedSet::stats() const {
   S.Checks = I->Checks.load(std::memory_order_relaxed);
   S.Hits = I->Hits.load(std::memory_order_relaxed);
   S.Misses = S.Checks - S.Hits;
-  std::shared_ptr<CheckTarget> T = I->Target;
-  if (!T)
+  // The probation and subtree-skip counters are written by check() under
+  // the GIL: read them under it too (taken here when this thread lacks it;
+  // before TargetLock, the order evict() takes them in).
+  if (!Py_IsInitialized())
     return S;
+  PyGILState_STATE Gil = PyGILState_Ensure();
+  std::lock_guard<std::mutex> TargetLock(I->TargetLock);
+  CheckTarget *T = I->Target.get();
+  if (!T) {
+    PyGILState_Release(Gil);
+    return S;
+  }
   S.Native = T->Fn.load(std::memory_order_acquire) != nullptr;
   S.Distrusted = T->Distrusted.load();
   S.Probations = T->Probations;
@@ -615,6 +633,7 @@ SetStats LoadedSet::stats() const {
     S.SkipFallbacks = K.Plan->stats().Fallbacks;
     S.ResidualNative = K.Residual->Fn.load() != nullptr;
   }
+  PyGILState_Release(Gil);
   return S;
 }
 
@@ -623,14 +642,19 @@ void LoadedSet::evict() {
     return;
   if (!I->Target)
     return;
-  // 1. No compile may still read the bound set.
+  // 1. No compile may still read the bound set. The wait needs no GIL (the
+  //    compile thread never takes it): other threads run meanwhile, and
+  //    their calls of this set already answer Evicted.
+  Py_BEGIN_ALLOW_THREADS
   waitTarget(*I->Target, -1);
   if (I->Target->Skip)
     waitTarget(*I->Target->Skip->Residual, -1);
+  Py_END_ALLOW_THREADS
   // 2. The background thread's references to the target go now (GIL held),
   //    then ours: the code first (it bakes in the bound addresses), then
   //    the bound set's references (CheckTarget's member order).
   drainTierUp();
+  std::lock_guard<std::mutex> TargetLock(I->TargetLock);
   I->Target.reset();
   for (PyObject *O : I->Refs)
     Py_DECREF(O);

@@ -179,8 +179,17 @@ def test_dispatch_key_set():
     # Not a DispatchKeySet: torch's pybind cast raises out of Dynamo's check;
     # guardjit fails the check instead (documented in guard-semantics.md).
     f_locals = dict(units[0].f_locals, ks=3)
-    with pytest.raises(RuntimeError, match="Unable to cast"):
-        units[0].dynamo_root.check(f_locals)
+    # Dynamo's root turns torch functions off for its check and does not turn
+    # them back on when an exception escapes it: restore this thread's state,
+    # or GLOBAL_STATE guards of later tests see the main thread differ from
+    # every new thread.
+    torch_function_state = torch._C._get_torch_function_state()
+    try:
+        with pytest.raises(RuntimeError, match="Unable to cast"):
+            units[0].dynamo_root.check(f_locals)
+        assert torch._C._get_torch_function_state() != torch_function_state
+    finally:
+        torch._C._set_torch_function_state(torch_function_state)
     assert units[0].check(f_locals) is False
     assert units[0].bound.interpret(f_locals) is False
 

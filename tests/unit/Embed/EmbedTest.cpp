@@ -15,7 +15,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <string>
+#include <thread>
 
 using namespace guardjit::embed;
 
@@ -396,6 +398,48 @@ TEST(EmbedTest, BackgroundCompileSwapsInTheTierUpLevel) {
   EXPECT_EQ(guardjit::CheckTarget::Live.load(), Live + 1);
   S->evict();
   EXPECT_EQ(guardjit::CheckTarget::Live.load(), Live);
+}
+
+TEST(EmbedTest, StatsAndWaitForCodeRunWhileTheSetIsEvicted) {
+  // stats() and waitForCode() may be called from any thread while another
+  // evicts the set: neither may see the target freed under it, nor be left
+  // holding its last reference.
+  auto R = makeRuntime();
+  for (int Round = 0; Round < 20; ++Round) {
+    auto S = loadOne(*R, header() + Body);
+    ASSERT_TRUE(S);
+    ASSERT_TRUE(S->bindByName({}).ok());
+    ASSERT_TRUE(S->compile(/*Background=*/true).ok());
+    std::atomic<bool> Stop{false};
+    std::atomic<uint64_t> Reads{0};
+    std::vector<std::thread> Readers;
+    for (int K = 0; K < 2; ++K)
+      Readers.emplace_back([&, K] {
+        while (!Stop.load()) {
+          if (K == 0)
+            (void)S->stats();
+          else
+            (void)S->waitForCode();
+          Reads.fetch_add(1);
+        }
+      });
+    Py_BEGIN_ALLOW_THREADS;
+    while (Reads.load() < 4)
+      std::this_thread::yield();
+    Py_END_ALLOW_THREADS;
+    S->evict();
+    Stop.store(true);
+    Py_BEGIN_ALLOW_THREADS;
+    for (std::thread &T : Readers)
+      T.join();
+    Py_END_ALLOW_THREADS;
+    bool Pass = true;
+    PyObject *Locals = PyDict_New();
+    Status C = S->check(Locals, &Pass);
+    Py_DECREF(Locals);
+    EXPECT_EQ(C.code(), ErrorCode::Evicted);
+    EXPECT_EQ(S->stats().Checks, 0u);
+  }
 }
 
 const char *NodeCode = R"py(
