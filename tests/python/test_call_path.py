@@ -73,6 +73,9 @@ def test_native_check_is_what_dynamo_runs():
     compiled(*args)
     from guardjit import _core
 
+    # The first code lands on the background thread, behind whatever earlier
+    # tests left queued.
+    assert plugin.wait_for_tier_up(120)
     (unit,) = plugin.units()
     calls_before = _core.guard_counters(unit.check)[0]
     for _ in range(5):
