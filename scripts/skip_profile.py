@@ -1,9 +1,9 @@
-"""Profile of subtree skipping: validation alone vs the residual check alone (docs/performance.md, issue 14).
+"""Profile of subtree skipping: validation alone vs the residual check alone (docs/performance.md, "Subtree skipping").
 
 Usage: python scripts/skip_profile.py stack-8 stack-64 ...  (bench corpus names)
 Writes docs/results/skip-profile.json.
 """
-import json, sys, time, statistics
+import json, pathlib, sys, time, statistics
 import torch, guardjit
 from guardjit import plugin, _core
 from guardjit.bench.corpus import CORPUS
@@ -32,4 +32,5 @@ for name in sys.argv[1:]:
                  "residual_ns": statistics.median(p["residual_ns"] for p in prof),
                  "residual_kinds": R.count_by_kind()}
     print(name, json.dumps(out[name]), flush=True)
-json.dump(out, open("/work/main/docs/results/skip-profile.json", "w"), indent=1)
+RESULT = pathlib.Path(__file__).resolve().parents[1] / "docs" / "results" / "skip-profile.json"
+RESULT.write_text(json.dumps(out, indent=1))
