@@ -130,7 +130,7 @@ Guard &SetBuilder::guard(GuardKind K, std::vector<ValueId> Ops, ObjectId Obj,
 
 GuardJIT &engine() {
   static std::unique_ptr<GuardJIT> J = [] {
-    // GUARDJIT_BENCH_LEVEL=O0|light|O1|O2 (default light, the plugin's).
+    // GUARDJIT_BENCH_LEVEL=O0|light|O1|O2 (default light).
     OptLevel L = OptLevel::Light;
     if (const char *Env = std::getenv("GUARDJIT_BENCH_LEVEL")) {
       std::string V = Env;

@@ -3,14 +3,18 @@
 Usage: python scripts/skip_profile.py stack-8 stack-64 ...  (bench corpus names)
 Writes docs/results/skip-profile.json.
 """
-import json, pathlib, sys, time, statistics
+import argparse, json, pathlib, sys, time, statistics
 import torch, guardjit
 from guardjit import plugin, _core
 from guardjit.bench.corpus import CORPUS
+parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+parser.add_argument("models", nargs="+", choices=sorted(CORPUS), metavar="MODEL",
+                    help="bench corpus names: " + ", ".join(sorted(CORPUS)))
+models = parser.parse_args().models
 torch.set_num_threads(1)
 plugin.config.keep_units = True; plugin.config.keep_frame_locals = True
 out = {}
-for name in sys.argv[1:]:
+for name in models:
     torch._dynamo.reset(); plugin.clear_units()
     case = CORPUS[name](False)
     with torch.no_grad():

@@ -4,7 +4,7 @@ Run under callgrind (valgrind's cache simulator; no hardware counters needed)::
 
     valgrind --tool=callgrind --instr-atstart=no --cache-sim=yes \\
         --LL=33554432,16,64 --callgrind-out-file=/tmp/cg/out.%p \\
-        python -m guardjit.bench.cachelines --out /tmp/cg --models mlp gpt2
+        python -m guardjit.bench.cachelines --models mlp gpt2
 
 Method. Everything outside the measured call runs uninstrumented (fast).
 Per model the script compiles the model with guardjit, keeps Dynamo's root

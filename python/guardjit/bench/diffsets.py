@@ -21,7 +21,7 @@ per configuration, run interleaved); ``*_routed_ok``, every warmed input
 served by the entry a full lookup picks, with eager's result, in every order
 replayed (:mod:`guardjit.lab.routing`), in every process. The lookup numbers come
 from different processes (not the same-process interleave of
-shared/MEASURING.md: compare them as rough, not as ratios).
+docs/performance.md, "How it is measured": compare them as rough, not as ratios).
 
 The rule of issue 11's "Done when", checked per scenario where torch routes
 correctly: ``compatible_guards <= torch_guards`` and ``minimal_guards <=

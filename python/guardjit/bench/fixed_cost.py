@@ -11,7 +11,7 @@ cache entry, bench.run.SideBackend):
   ambient GLOBAL_STATE / TORCH_FUNCTION_MODE_STACK / DEFAULT_DEVICE guards and
   the saved-tensors-hooks lambda).
 
-Per set, interleaved as shared/MEASURING.md says: the "TorchDynamo Cache
+Per set, interleaved as docs/performance.md ("How it is measured") says: the "TorchDynamo Cache
 Lookup" profiler event per call (the real frame path: Dynamo's root preamble,
 ``FrameLocalsMapping``, and for a root LAMBDA_GUARD ``to_dict()`` and the
 call), each root's ``check`` on a dict from Python (no ``to_dict``), and

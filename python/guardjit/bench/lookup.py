@@ -1,4 +1,4 @@
-"""The "TorchDynamo Cache Lookup" profiler event, per call (shared/MEASURING.md, 5).
+"""The "TorchDynamo Cache Lookup" profiler event, per call (docs/performance.md, "How it is measured").
 
 Shared by ``python -m guardjit bench`` (run.py) and its ``--suite diffsets``
 workers; imports nothing of guardjit's plugin, so a plain-torch process can

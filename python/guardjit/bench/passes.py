@@ -9,7 +9,7 @@ unit the *recorded* IR (before any pass) is copied and run through:
   plugin runs a filter pass (filters before structural passes).
 
 Each variant is bound, JIT-compiled and checked on the same frame locals;
-its time is measured interleaved against ``none`` (MEASURING.md), so
+its time is measured interleaved against ``none`` (docs/performance.md, "How it is measured"), so
 ``us`` and ``us_none`` of one row come from the same rounds. Then the
 guide's recommended combination (``install_free_tensors`` +
 ``skip_guard_on_all_nn_modules_unsafe``, :data:`~guardjit.bench.options.UNSAFE`)

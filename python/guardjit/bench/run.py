@@ -1,4 +1,4 @@
-"""Measurements of ``python -m guardjit bench`` (shared/MEASURING.md).
+"""Measurements of ``python -m guardjit bench`` (docs/performance.md, "How it is measured").
 
 Per model, in one process:
 

@@ -1,4 +1,4 @@
-"""Interleaved A/B timing (shared/MEASURING.md).
+"""Interleaved A/B timing (docs/performance.md, "How it is measured").
 
 A and B alternate in rounds; each round times a batch of calls with
 ``time.perf_counter_ns``. Reported: median µs per call of each side, the
