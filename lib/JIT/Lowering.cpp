@@ -372,7 +372,7 @@ Expected<Function *> Lowerer::run(StringRef Name, LoweringStats &Stats) {
     if (Id != 0 && CallMemo && ReadRun[Id] > 1) {
       emitReadRun(Id, ReadRun[Id], Stats);
       for (ValueId K = Id; K < Id + ReadRun[Id]; ++K)
-        for (size_t I : After[K]) {
+        for ([[maybe_unused]] size_t I : After[K]) {
           assert(Fused[I] && "a read in a run has no guard left");
           ++Stats.NumHelpers;
         }
