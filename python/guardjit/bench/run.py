@@ -701,11 +701,12 @@ def measure_model(name: str, factory: Callable[[bool], BenchCase], s: Settings,
         tick(f"{name}: passes")
         try:
             if s.core:
-                raise RuntimeError("not measured (--core)")
-            entry["passes"] = measure_passes(
-                case, s, unit_frames,
-                lambda: measure_checks(case, s, *option_kwargs(UNSAFE), cold=False,
-                                       rounds=s.option_rounds))
+                entry["passes"] = {"status": "skipped", "reason": "not measured (--core)"}
+            else:
+                entry["passes"] = measure_passes(
+                    case, s, unit_frames,
+                    lambda: measure_checks(case, s, *option_kwargs(UNSAFE), cold=False,
+                                           rounds=s.option_rounds))
         except Exception as e:  # noqa: BLE001 - recorded, never raised
             entry["passes"] = {"status": "error", "error": _err(e)}
     for k in MODEL_FIELDS:
