@@ -5,11 +5,14 @@ minimal reproducer that replays."""
 from __future__ import annotations
 
 import random
+import types
 
 import pytest
+import torch
 
 from guardjit import _core
-from guardjit.fuzz import driver, mutations, oracle, reproducer, targets
+from guardjit.fuzz import driver, mutations, oracle, reproducer, stance_oracle, targets
+from guardjit.lab import routing
 
 
 def test_fixed_seed_slice_agrees(tmp_path):
@@ -229,3 +232,64 @@ def test_wrong_answer_on_the_unmutated_state_is_a_disagreement():
                       base=[True, False])
     assert Verdict(Case(0, []), 1, [], [bad], []).disagrees
     assert "unmutated: root=[True, False]" in Verdict(Case(0, []), 1, [], [bad], []).summary()
+
+
+# --- the fuzzer's own process state (seed 25 of a 10000-case run) -----------
+
+def test_half_undone_dispatch_mode_is_restored():
+    """``delete G[...].torch._C`` then ``g.dispatch_mode``: the mode's
+    ``__exit__`` (undone first) needs ``torch._C``, raises half way and left
+    the mode on the dispatch stack, so Dynamo skipped every later frame and
+    no target compiled any more. Undo.run now restores the global state."""
+    t = targets.TargetSpec("corpus", "mlp", "default").build()
+    try:
+        case = mutations.Case(0, [mutations.Step("delete", "G['torch']._C"),
+                                  mutations.Step("g.dispatch_mode")])
+        v = oracle.run_case(t, case)
+        assert v.applied == 2, v.skipped
+        assert any("g.dispatch_mode" in e and "_C" in e for e in v.undo_errors), v.undo_errors
+        assert any("restored: dispatch_modes" in e for e in v.undo_errors), v.undo_errors
+        assert torch._C._len_torch_dispatch_stack() == 0
+        assert not oracle.base_ok(t)
+    finally:
+        t.close()
+    t = targets.TargetSpec("corpus", "mlp", "default").build()
+    try:
+        assert t.units  # torch.compile still compiles
+    finally:
+        t.close()
+
+
+def test_global_state_is_restored_after_any_leftover():
+    saved = mutations.global_state()
+    mutations.FuzzDispatchMode().__enter__()
+    mutations.FuzzFunctionMode().__enter__()
+    torch.set_grad_enabled(not saved["grad"])
+    torch.set_num_threads(saved["num_threads"] + 1)
+    assert set(mutations.restore_global_state(saved)) == {
+        "dispatch_modes", "dispatch_flags", "function_modes", "grad", "num_threads"}
+    assert mutations.global_state() == saved
+    assert mutations.restore_global_state(saved) == []
+
+
+class _NoUnitSpec:
+    key = "corpus:none:default"
+
+    def build(self):
+        return types.SimpleNamespace(units=[], close=lambda: None)
+
+
+def test_a_target_that_compiles_nothing_is_a_harness_error():
+    s = driver.Summary(0)
+    driver._run_check_target(_NoUnitSpec(), 4, 0, s, driver._Bar(4, False), "", 0, None,
+                             False, None)
+    assert s.counts["harness_errors"] == 1 and not s.build_errors
+    assert "no compile unit" in s.harness_errors[0]
+    assert "HARNESS ERRORS" in s.text()
+
+
+def test_stance_with_nothing_compiled_is_not_a_misroute():
+    empty = routing.Call(0, "base", [], None, [], True)
+    assert stance_oracle.StanceVerdict([0], 0, [empty]).nothing_compiled
+    routed = routing.Call(0, "base", ["0/0"], "0/0", ["0/0"], True)
+    assert not stance_oracle.StanceVerdict([0], 0, [empty, routed]).nothing_compiled

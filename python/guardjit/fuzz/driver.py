@@ -49,6 +49,12 @@ class Summary:
     # Cases that broke the fuzzer's own calls in every process: no verdict.
     unjudged: list[str] = dataclasses.field(default_factory=list)
     build_errors: list[str] = dataclasses.field(default_factory=list)
+    # The fuzzer's own process state broke (counts["harness_errors"]): a
+    # target that compiled nothing, a stance probe with no entry at all.
+    # Results after one are not about guardjit; the run fails.
+    harness_errors: list[str] = dataclasses.field(default_factory=list)
+    # The undo actions that raised, with their case (counts["undo_errors"]).
+    undo_errors: list[str] = dataclasses.field(default_factory=list)
     targets: int = 0
     # plugin.subtree_skip_source() when the run started, and why units of
     # the run's compiles got no skip plan (stats()["subtree_skip"]).
@@ -103,8 +109,14 @@ class Summary:
         lines += [
             f"  disagreements: check {c['check_disagree']}, end to end {c['e2e_mismatch']}, "
             f"stance misroutes {c['stance_misroute']}; undo errors {c['undo_errors']}, "
-            f"state leaks {c['leaks']}",
+            f"state leaks {c['leaks']}; harness errors {c['harness_errors']}",
         ]
+        if self.harness_errors:
+            lines.append(f"  HARNESS ERRORS: {len(self.harness_errors)}: the fuzzer's own "
+                         f"process state broke; the run is not valid: "
+                         + "; ".join(self.harness_errors[:5]))
+        for d in self.undo_errors[:5]:
+            lines.append(f"  undo error: {d}")
         if self.build_errors:
             lines.append(f"  targets that did not build: {len(self.build_errors)}: "
                          + "; ".join(self.build_errors[:5]))
@@ -128,6 +140,8 @@ class Summary:
                 "unreproduced": self.unreproduced,
                 "unjudged": self.unjudged,
                 "build_errors": self.build_errors,
+                "harness_errors": self.harness_errors,
+                "undo_errors": self.undo_errors,
                 "subtree_skip": self.skip_dict()}
 
     def skip_dict(self) -> dict:
@@ -244,6 +258,12 @@ def run(cases: int, seed: int = 0, models: list[str] | None = None,
     return summary
 
 
+def _harness_error(summary: Summary, what: str) -> None:
+    summary.counts["harness_errors"] += 1
+    if len(summary.harness_errors) < 50:
+        summary.harness_errors.append(what)
+
+
 def _build_error(summary: Summary, key: str, e: BaseException) -> None:
     summary.build_errors.append(f"{key}: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
                                 if str(e) else f"{key}: {type(e).__name__}")
@@ -264,7 +284,9 @@ def _run_check_target(spec: targets.TargetSpec, n: int, seed: int, summary: Summ
     tier = None
     try:
         if not target.units:
-            _build_error(summary, spec.key, RuntimeError("no compile unit to check"))
+            # Every corpus model and generated program compiles at least one
+            # unit: nothing compiled means the process state is broken.
+            _harness_error(summary, f"{spec.key}: torch.compile produced no compile unit")
             bar.update(n, spec.key, summary)
             return
         c["units_dynamo_path"] += sum(u.status == "dynamo" for u in target.units)
@@ -291,6 +313,10 @@ def _run_check_target(spec: targets.TargetSpec, n: int, seed: int, summary: Summ
             c["steps"] += verdict.applied
             c["skipped_steps"] += len(verdict.skipped)
             c["undo_errors"] += len(verdict.undo_errors)
+            if verdict.undo_errors and len(summary.undo_errors) < 50:
+                summary.undo_errors.append(f"{spec.key}: case {i} "
+                                           f"{[str(s) for s in case.steps]}: "
+                                           + "; ".join(verdict.undo_errors)[:400])
             for s in case.steps:
                 summary.ops[s.op] += 1
             for ua in verdict.units:
@@ -449,7 +475,10 @@ def _run_stance_target(spec: tuple[str, str, str], n: int, seed: int, summary: S
             summary.cases += 1
             c["stance"] += 1
             c["stance_calls"] += len(v.calls)
-            if v.disagrees:
+            if v.nothing_compiled:
+                _harness_error(summary, f"stance {key}: no entry compiled at all "
+                                        f"(cache empty, nothing served)")
+            elif v.disagrees:
                 c["stance_misroute"] += 1
                 summary.disagreements.append(f"stance {key} ({target.variants}): {v.summary()}")
                 if out_dir:
@@ -485,4 +514,9 @@ def main(args: Any) -> int:
         with open(args.json, "w") as f:
             json.dump(summary.as_dict(), f, indent=1)
         print(f"wrote {args.json}", file=sys.stderr)
+    if summary.counts["harness_errors"]:
+        print(f"guardjit fuzz: FAILED: {summary.counts['harness_errors']} harness error(s): "
+              f"the fuzzer's own process state broke (see HARNESS ERRORS above)",
+              file=sys.stderr)
+        return 2
     return 1 if summary.total_disagreements or summary.counts["leaks"] else 0

@@ -82,11 +82,21 @@ class Step:
 class Undo:
     """A stack of restore actions, run in reverse order. Each action is
     labelled with the step that pushed it (:meth:`label`), so an action that
-    fails names its step."""
+    fails names its step.
+
+    It also snapshots the process-wide torch state the ``g.*`` steps change
+    (:func:`global_state`) when it is created, and when an action raised,
+    :meth:`run` puts that state back (:func:`restore_global_state`): an
+    action can fail half way because an earlier step of the same case is
+    still in effect (``delete G[...].torch._C`` makes a dispatch mode's
+    ``__exit__`` raise after it reset its flags and before it popped the
+    mode, and the mode left on the stack makes Dynamo skip every later
+    frame: no target compiles any more)."""
 
     def __init__(self) -> None:
         self._actions: list[tuple[str, Callable[[], None]]] = []
         self._label = ""
+        self._state = global_state()
 
     def label(self, step: str) -> None:
         """The step the following actions undo."""
@@ -105,7 +115,81 @@ class Undo:
             except BaseException as e:  # noqa: BLE001 - keep undoing the rest
                 e.undo_step = label  # type: ignore[attr-defined]
                 errors.append(e)
+        # Only after an action raised: a step that forgets its undo (no
+        # error) is left for the leak check (base_ok, leaks.find_step) to find.
+        repaired = restore_global_state(self._state) if errors else []
+        if repaired:
+            e = GlobalStateLeft("global state left changed, restored: " + ", ".join(repaired))
+            e.undo_step = "global state"  # type: ignore[attr-defined]
+            errors.append(e)
         return errors
+
+
+class GlobalStateLeft(RuntimeError):
+    """The undo actions left the process-wide torch state changed
+    (:func:`restore_global_state` put it back)."""
+
+
+def _dispatch_flags() -> tuple[bool, bool]:
+    import torch.utils._python_dispatch as pd
+
+    return (pd._is_in_non_infra_torch_dispatch_mode,
+            pd._is_in_any_mode_without_ignore_compile_internals)
+
+
+def global_state() -> dict[str, Any]:
+    """The process-wide torch state the ``g.*`` steps change, read without
+    going through a module attribute a step may have deleted."""
+    C = _TORCH_C
+    return {
+        "grad": C.is_grad_enabled(),
+        "inference_mode": _T["is_inference_mode_enabled"](),
+        "dispatch_modes": C._len_torch_dispatch_stack(),
+        "dispatch_flags": _dispatch_flags(),
+        "function_modes": C._len_torch_function_stack(),
+        "torch_function": C._get_torch_function_state(),
+        "autocast_cpu": (C.is_autocast_enabled("cpu"), C.get_autocast_dtype("cpu")),
+        "default_dtype": _T["get_default_dtype"](),
+        "deterministic": (C._get_deterministic_algorithms(),
+                          C._get_deterministic_algorithms_warn_only()),
+        "num_threads": _T["get_num_threads"](),
+        "module_hooks": tuple(torch.nn.modules.module._global_forward_pre_hooks),
+    }
+
+
+def restore_global_state(saved: dict[str, Any]) -> list[str]:
+    """Puts back what differs from ``saved`` (:func:`global_state`); the
+    names of what was put back. Modes pushed since are popped (their
+    ``__exit__`` is not run again: it may have run half way)."""
+    import torch.utils._python_dispatch as pd
+
+    C = _TORCH_C
+    now = global_state()
+    out = [k for k in saved if now[k] != saved[k]]
+    if not out:
+        return out
+    while C._len_torch_dispatch_stack() > saved["dispatch_modes"]:
+        C._pop_torch_dispatch_stack(None)
+    pd._is_in_non_infra_torch_dispatch_mode = saved["dispatch_flags"][0]
+    pd._is_in_any_mode_without_ignore_compile_internals = saved["dispatch_flags"][1]
+    _T["set_is_in_mode"](saved["dispatch_flags"][1])
+    while C._len_torch_function_stack() > saved["function_modes"]:
+        C._pop_torch_function_stack()
+    C._set_torch_function_state(saved["torch_function"])
+    C._set_grad_enabled(saved["grad"])
+    C.set_autocast_enabled("cpu", saved["autocast_cpu"][0])
+    C.set_autocast_dtype("cpu", saved["autocast_cpu"][1])
+    _T["set_default_dtype"](saved["default_dtype"])
+    C._set_deterministic_algorithms(saved["deterministic"][0],
+                                    warn_only=saved["deterministic"][1])
+    _T["set_num_threads"](saved["num_threads"])
+    hooks = torch.nn.modules.module._global_forward_pre_hooks
+    for k in [k for k in hooks if k not in saved["module_hooks"]]:
+        del hooks[k]
+    left = [k for k, v in global_state().items() if v != saved[k]]
+    if left:  # inference mode has no setter: only its context manager leaves it
+        raise GlobalStateLeft(f"could not restore the global torch state: {', '.join(left)}")
+    return out
 
 
 # --- helper types the mutations use (module level: replays see the same ones) ---
@@ -201,6 +285,14 @@ class Env:
 # (o.wrap on G['__builtins_dict___N']['str']), and the restore that puts them
 # back must not pass the wrappers to isinstance.
 _NAMED_KEYS = (str, int)
+# Taken at import too: a step may delete torch._C or torch.get_num_threads
+# (through a global bound to the torch module) while global_state reads them.
+_TORCH_C = torch._C
+_T = {"is_inference_mode_enabled": torch.is_inference_mode_enabled,
+      "get_default_dtype": torch.get_default_dtype, "set_default_dtype": torch.set_default_dtype,
+      "get_num_threads": torch.get_num_threads, "set_num_threads": torch.set_num_threads,
+      "set_is_in_mode": __import__("torch.utils._python_dispatch", fromlist=["x"])
+      .set_is_in_mode_without_ignore_compile_internals}
 
 
 def _restore_dict(d: dict, undo: Undo) -> Callable[[], None]:

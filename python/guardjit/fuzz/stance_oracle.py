@@ -166,6 +166,13 @@ class StanceVerdict:
     def disagrees(self) -> bool:
         return any(not c.ok for c in self.calls)
 
+    @property
+    def nothing_compiled(self) -> bool:
+        """No call found an entry in the cache nor ran a graph: torch.compile
+        produced nothing (the fuzzer's process state is broken, e.g. a
+        dispatch mode left on the stack), not a routing answer of guardjit's."""
+        return bool(self.calls) and not any(c.cache_order or c.served for c in self.calls)
+
     def summary(self) -> str:
         bad = [c for c in self.calls if not c.ok]
         return "; ".join(f"{c.input}: cache {c.cache_order} expected {c.expected} served "
