@@ -52,6 +52,23 @@ std::vector<std::optional<int64_t>> toDims(const py::list &L) {
   return Dims;
 }
 
+/// The GuardFilterEntry fields of one Dynamo guard (add_origin, set_origin).
+GuardOrigin makeOrigin(const std::string &GuardType, const std::string &Name,
+                       const std::vector<std::string> &Derived, bool HasValue,
+                       bool IsGlobal, bool ValueIsParameter, bool NNModule,
+                       bool BuiltinNNModule) {
+  GuardOrigin O;
+  O.GuardType = GuardType;
+  O.Name = Name;
+  O.DerivedGuardTypes = Derived;
+  O.HasValue = HasValue;
+  O.IsGlobal = IsGlobal;
+  O.ValueIsParameter = ValueIsParameter;
+  O.UnspecializedNNModule = NNModule;
+  O.UnspecializedBuiltinNNModule = BuiltinNNModule;
+  return O;
+}
+
 } // namespace
 
 void guardjit::python::populateIRCore(py::module_ &M) {
@@ -102,16 +119,9 @@ void guardjit::python::populateIRCore(py::module_ &M) {
              const std::vector<std::string> &Derived, bool HasValue,
              bool IsGlobal, bool ValueIsParameter, bool NNModule,
              bool BuiltinNNModule) {
-            GuardOrigin O;
-            O.GuardType = GuardType;
-            O.Name = Name;
-            O.DerivedGuardTypes = Derived;
-            O.HasValue = HasValue;
-            O.IsGlobal = IsGlobal;
-            O.ValueIsParameter = ValueIsParameter;
-            O.UnspecializedNNModule = NNModule;
-            O.UnspecializedBuiltinNNModule = BuiltinNNModule;
-            return S.addOrigin(std::move(O));
+            return S.addOrigin(makeOrigin(GuardType, Name, Derived, HasValue,
+                                          IsGlobal, ValueIsParameter, NNModule,
+                                          BuiltinNNModule));
           },
           py::arg("guard_type"), py::arg("name"), py::arg("derived") = std::vector<std::string>{},
           py::arg("has_value") = false, py::arg("is_global") = false,
@@ -128,15 +138,9 @@ void guardjit::python::populateIRCore(py::module_ &M) {
              bool BuiltinNNModule) {
             if (Id >= S.origins().size())
               throw py::value_error("undefined origin " + std::to_string(Id));
-            GuardOrigin &O = S.origins()[Id];
-            O.GuardType = GuardType;
-            O.Name = Name;
-            O.DerivedGuardTypes = Derived;
-            O.HasValue = HasValue;
-            O.IsGlobal = IsGlobal;
-            O.ValueIsParameter = ValueIsParameter;
-            O.UnspecializedNNModule = NNModule;
-            O.UnspecializedBuiltinNNModule = BuiltinNNModule;
+            S.origins()[Id] =
+                makeOrigin(GuardType, Name, Derived, HasValue, IsGlobal,
+                           ValueIsParameter, NNModule, BuiltinNNModule);
           },
           py::arg("id"), py::arg("guard_type"), py::arg("name"),
           py::arg("derived") = std::vector<std::string>{},
