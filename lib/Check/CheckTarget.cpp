@@ -62,9 +62,20 @@ int runSkipping(CheckTarget &T, SkipState &K, PyObject *FrameLocals) {
   SkipPlan &P = *K.Plan;
   CheckTarget &R = *K.Residual;
   CheckFn RFn = R.Fn.load(std::memory_order_acquire);
-  bool Ready = !K.Disabled &&
-               (RFn || !T.Fn.load(std::memory_order_relaxed));
+  bool Native = T.Fn.load(std::memory_order_relaxed);
+  // Interpreted parts while the full check is native would be slower.
+  bool Ready = !K.Disabled && (RFn || !Native) &&
+               (!K.Prelude ||
+                K.Prelude->Fn.load(std::memory_order_relaxed) || !Native);
   if (Ready && P.valid()) {
+    if (K.Prelude) {
+      // F's guards that may run Python, before validation (SubtreeSkip.h).
+      ++K.Prelude->Calls;
+      if (!runFull(*K.Prelude, FrameLocals)) {
+        ++K.Prelude->Failures;
+        return 0;
+      }
+    }
     if (P.validate(FrameLocals)) {
       ++P.stats().Hits;
       K.MissRun = 0;
@@ -175,6 +186,14 @@ std::string enableSubtreeSkip(CheckTarget &T, PyObject *FrameLocals) {
   auto K = std::make_unique<SkipState>();
   K->Residual = std::make_shared<CheckTarget>();
   K->Residual->Bound = std::move(RB);
+  if (Plan->prelude()) {
+    std::unique_ptr<BoundGuardSet> PB =
+        BoundGuardSet::bind(Plan->prelude(), &Err);
+    if (!PB)
+      return "cannot bind the prelude set: " + Err;
+    K->Prelude = std::make_shared<CheckTarget>();
+    K->Prelude->Bound = std::move(PB);
+  }
   K->Plan = std::move(Plan);
   T.Skip = std::move(K);
   return "";
@@ -218,6 +237,11 @@ bool compileResidual(const CheckTarget &T, int Level,
   std::shared_ptr<CodeProvider> P = Providers(Level);
   if (!P)
     return false;
+  if (const auto &Pre = T.Skip->Prelude) {
+    Pre->QueuedLevel.store(Level);
+    if (!scheduleTierUp(Pre, P, nullptr, HoldsGil))
+      return false;
+  }
   return scheduleTierUp(T.Skip->Residual, std::move(P), nullptr, HoldsGil);
 }
 

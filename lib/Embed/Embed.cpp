@@ -510,8 +510,11 @@ Status LoadedSet::waitForCode() {
   if (!T)
     return Status::success();
   waitTarget(*T, -1);
-  if (T->Skip)
+  if (T->Skip) {
     waitTarget(*T->Skip->Residual, -1);
+    if (T->Skip->Prelude)
+      waitTarget(*T->Skip->Prelude, -1);
+  }
   std::string Why = targetCompileError(*T);
   if (!Why.empty())
     return error(ErrorCode::CompileFailed,
@@ -647,8 +650,11 @@ void LoadedSet::evict() {
   //    their calls of this set already answer Evicted.
   Py_BEGIN_ALLOW_THREADS
   waitTarget(*I->Target, -1);
-  if (I->Target->Skip)
+  if (I->Target->Skip) {
     waitTarget(*I->Target->Skip->Residual, -1);
+    if (I->Target->Skip->Prelude)
+      waitTarget(*I->Target->Skip->Prelude, -1);
+  }
   Py_END_ALLOW_THREADS
   // 2. The background thread's references to the target go now (GIL held),
   //    then ours: the code first (it bakes in the bound addresses), then

@@ -546,22 +546,51 @@ PyObject *trivialPropertyName(PyObject *Descr) {
 //           ...  (not emulated)
 //       return super().__getattribute__(key)
 //   # and Inner's super() finds object.__getattribute__.
+/// The per-read conditions of both registered functions: they still run
+/// the reviewed code with the `__class__` cells they were registered with,
+/// and `super` resolves to the builtin in both (memoized on dict tags).
+bool configFunctionsIntact() {
+  PyObject *const SuperName[] = {R.N.Super};
+  PyObject *const SuperType[] = {reinterpret_cast<PyObject *>(&PySuper_Type)};
+  return reinterpret_cast<PyFunctionObject *>(R.OuterFn)->func_code ==
+             R.OuterCode &&
+         reinterpret_cast<PyFunctionObject *>(R.InnerFn)->func_code ==
+             R.InnerCode &&
+         classCell(R.OuterFn) == R.OuterClass &&
+         classCell(R.InnerFn) == R.InnerClass &&
+         globalsResolve(R.OuterFn, R.OuterSuper, SuperName, SuperType, 1) &&
+         globalsResolve(R.InnerFn, R.InnerSuper, SuperName, SuperType, 1);
+}
+
+/// `super().__getattribute__("attribute_map")` of Outer for instance dict
+/// `D` (plainStrDict, no heterogeneity spec): the instance dict's entry,
+/// else the class attribute. Null with *Unknown false when there is none
+/// (AttributeError); null with *Unknown true when the read is not pure (a
+/// descriptor) or the map is not a plain str-keyed dict.
+PyObject *configMap(PyTypeObject *Tp, PyObject *D, bool *Unknown) {
+  *Unknown = false;
+  PyObject *Descr = _PyType_Lookup(Tp, R.N.AttributeMap);
+  if (Descr && Py_TYPE(Descr)->tp_descr_get) {
+    *Unknown = true;
+    return nullptr;
+  }
+  PyObject *Map = probe(D, R.N.AttributeMap);
+  if (!Map)
+    Map = Descr;
+  if (Map && !plainStrDict(Map)) {
+    *Unknown = true;
+    return nullptr;
+  }
+  return Map;
+}
+
 AttrOutcome configRead(PyObject *Obj, PyObject *Key, PyTypeObject *Tp,
                        PyObject **Value) {
   auto Delegate = [] {
     ++R.Stats.Delegated;
     return AttrOutcome::Unknown;
   };
-  PyObject *const SuperName[] = {R.N.Super};
-  PyObject *const SuperType[] = {reinterpret_cast<PyObject *>(&PySuper_Type)};
-  if (reinterpret_cast<PyFunctionObject *>(R.OuterFn)->func_code !=
-          R.OuterCode ||
-      reinterpret_cast<PyFunctionObject *>(R.InnerFn)->func_code !=
-          R.InnerCode ||
-      classCell(R.OuterFn) != R.OuterClass ||
-      classCell(R.InnerFn) != R.InnerClass ||
-      !globalsResolve(R.OuterFn, R.OuterSuper, SuperName, SuperType, 1) ||
-      !globalsResolve(R.InnerFn, R.InnerSuper, SuperName, SuperType, 1))
+  if (!configFunctionsIntact())
     return Delegate();
 
   // Inner, for every super().__getattribute__(X) of Outer:
@@ -587,14 +616,12 @@ AttrOutcome configRead(PyObject *Obj, PyObject *Key, PyTypeObject *Tp,
     // object.__getattribute__(self, "attribute_map"), pure when the class
     // attribute has no __get__: the instance dict (D, str-keyed) first,
     // then the class attribute itself.
-    PyObject *Descr = _PyType_Lookup(Tp, R.N.AttributeMap);
-    if (Descr && Py_TYPE(Descr)->tp_descr_get) {
+    bool NotPure;
+    PyObject *Map = configMap(Tp, D, &NotPure);
+    if (NotPure) {
       Py_DECREF(D);
       return Delegate();
     }
-    PyObject *Map = probe(D, R.N.AttributeMap);
-    if (!Map)
-      Map = Descr;
     if (!Map) { // AttributeError out of Inner and Outer
       Py_DECREF(D);
       ++R.Stats.ConfigReads;
@@ -602,10 +629,6 @@ AttrOutcome configRead(PyObject *Obj, PyObject *Key, PyTypeObject *Tp,
     }
     // `key in map` and `map[key]` (the second read of attribute_map is
     // the same pure read).
-    if (!plainStrDict(Map)) {
-      Py_DECREF(D);
-      return Delegate();
-    }
     if (PyObject *Mapped = probe(Map, Key)) {
       if (!PyUnicode_CheckExact(Mapped)) {
         Py_DECREF(D);
@@ -644,6 +667,103 @@ AttrOutcome configRead(PyObject *Obj, PyObject *Key, PyTypeObject *Tp,
 }
 
 } // namespace
+
+//===----------------------------------------------------------------------===//
+// Pure reads for SubtreeSkip plans
+//===----------------------------------------------------------------------===//
+
+KnownAttrKind guardjit::knownAttrKind(PyObject *Obj) {
+  if (!R.ModuleFn && !R.OuterFn)
+    return KnownAttrKind::None;
+  switch (kindOf(Py_TYPE(Obj))) {
+  case Kind::Module:
+    return reinterpret_cast<PyFunctionObject *>(R.ModuleFn)->func_code ==
+                   R.ModuleCode
+               ? KnownAttrKind::Module
+               : KnownAttrKind::None;
+  case Kind::Config:
+    return configFunctionsIntact() ? KnownAttrKind::Config
+                                   : KnownAttrKind::None;
+  case Kind::Other:
+    break;
+  }
+  return KnownAttrKind::None;
+}
+
+PyObject *guardjit::knownConfigMap(PyObject *Obj, PyObject *Dict) {
+  if (!Dict || !plainStrDict(Dict))
+    return nullptr;
+  bool NotPure;
+  return configMap(Py_TYPE(Obj), Dict, &NotPure);
+}
+
+AttrOutcome guardjit::plainRead(PyObject *Obj, PyObject *Name, PyObject *Dict,
+                                PyObject **Value) {
+  PyTypeObject *Tp = Py_TYPE(Obj);
+  if (!PyUnicode_CheckExact(Name) || (Dict && !plainStrDict(Dict)))
+    return AttrOutcome::Unknown;
+  KnownAttrKind K = knownAttrKind(Obj);
+  if (K == KnownAttrKind::None && Tp->tp_getattro != PyObject_GenericGetAttr)
+    return AttrOutcome::Unknown;
+  if (K == KnownAttrKind::Config) {
+    // configRead with every step a pure read (no descriptor runs).
+    if (!Dict)
+      return AttrOutcome::Unknown;
+    PyObject *Spec = probe(Dict, R.N.HeterogeneitySpec);
+    if (Spec && Spec != Py_None)
+      return AttrOutcome::Unknown;
+    if (PyUnicode_Compare(Name, R.N.AttributeMap) != 0) {
+      bool NotPure;
+      PyObject *Map = configMap(Tp, Dict, &NotPure);
+      if (NotPure)
+        return AttrOutcome::Unknown;
+      if (!Map)
+        return AttrOutcome::Missing;
+      if (PyObject *Mapped = probe(Map, Name)) {
+        if (!PyUnicode_CheckExact(Mapped))
+          return AttrOutcome::Unknown;
+        Name = Mapped;
+      }
+    }
+  }
+  // object.__getattribute__ (PyObject_GenericGetAttr) with nothing on the
+  // type: the instance dict decides. A class attribute is found only when
+  // it is an object of a static type with no __get__ (pureAttr's rule: a
+  // heap type's object could gain __get__/__set__ with no tag to see it).
+  PyObject *Descr = _PyType_Lookup(Tp, Name);
+  if (Descr && (Py_TYPE(Descr)->tp_descr_get ||
+                (Py_TYPE(Descr)->tp_flags & Py_TPFLAGS_HEAPTYPE)))
+    return AttrOutcome::Unknown;
+  PyObject *V = Dict ? probe(Dict, Name) : nullptr;
+  if (!V)
+    V = Descr;
+  if (V) {
+    *Value = V;
+    return AttrOutcome::Found;
+  }
+  if (K == KnownAttrKind::Module) {
+    // nn.Module.__getattr__'s body: `_parameters`, `_buffers`, `_modules`,
+    // then a pure raise (moduleRead, steps 3 and 4).
+    PyObject *const RaiseNames[] = {R.N.Type, R.N.AttributeError};
+    PyObject *const RaiseObjects[] = {
+        reinterpret_cast<PyObject *>(&PyType_Type), PyExc_AttributeError};
+    if (!Dict ||
+        !globalsResolve(R.ModuleFn, R.ModuleRaise, RaiseNames, RaiseObjects, 2))
+      return AttrOutcome::Unknown;
+    for (PyObject *Key : {R.N.Parameters, R.N.Buffers, R.N.Modules}) {
+      PyObject *Sub = probe(Dict, Key);
+      if (!Sub)
+        continue;
+      if (!plainStrDict(Sub))
+        return AttrOutcome::Unknown;
+      if (PyObject *X = probe(Sub, Name)) {
+        *Value = X;
+        return AttrOutcome::Found;
+      }
+    }
+  }
+  return AttrOutcome::Missing;
+}
 
 //===----------------------------------------------------------------------===//
 // Entry points

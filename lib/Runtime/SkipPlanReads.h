@@ -13,6 +13,7 @@
 #include "guardjit/Runtime/Python.h"
 #include "guardjit/Runtime/SubtreeSkip.h"
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 
@@ -37,6 +38,12 @@ struct SkipPlan::Slot {
     TypeField, ///< the PyObject* at Offset of type Parent
     ModuleListItem, ///< Parent[Index] through torch's ModuleList.__getitem__,
                     ///< Hidden the slot of Parent's `_modules` dict
+    AnchorItem, ///< Parent[Index] (an exact tuple) or Parent[Key] (an exact
+                ///< str-keyed dict), Parent an anchor: read every call
+    FieldAttr, ///< the field at Offset of exact cell or function Parent,
+               ///< read as one of their data descriptors
+    ConfigMap,  ///< the attribute_map a config read of Parent consults
+                ///< (knownConfigMap), Hidden its instance dict slot
   };
   Kind K = Anchor;
   uint32_t Parent = 0; ///< slot index
@@ -177,6 +184,30 @@ inline bool moduleListIndexing(PyTypeObject *T) {
 inline PyObject *modulesName() {
   static PyObject *Name = PyUnicode_InternFromString("_modules");
   return Name;
+}
+
+/// The dicts nn.Module.__getattr__ searches, in its order (interned).
+inline const std::array<PyObject *, 3> &moduleDictNames() {
+  static const std::array<PyObject *, 3> Names = {
+      PyUnicode_InternFromString("_parameters"),
+      PyUnicode_InternFromString("_buffers"), modulesName()};
+  return Names;
+}
+
+/// The item an AnchorItem slot or LoadItem step reads from `Container`:
+/// Container[Index] of an exact tuple, Container[Key] of an exact dict whose
+/// keys are all str (the probe runs no __eq__), or nullptr.
+inline PyObject *anchorItem(PyObject *Container, PyObject *Key,
+                            int64_t Index) {
+  if (Key) {
+    if (!PyDict_CheckExact(Container) || !cpy::strKeys(Container))
+      return nullptr;
+    return PyDict_GetItem(Container, Key);
+  }
+  if (!PyTuple_CheckExact(Container) || Index < 0 ||
+      Index >= PyTuple_GET_SIZE(Container))
+    return nullptr;
+  return PyTuple_GET_ITEM(Container, Index);
 }
 
 

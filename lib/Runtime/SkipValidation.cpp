@@ -11,6 +11,8 @@
 #include "CPythonReads.h"
 #include "SkipPlanReads.h"
 
+#include "guardjit/Runtime/PythonAttr.h"
+
 #include <cassert>
 #include <cstddef>
 #include <cstring>
@@ -67,8 +69,16 @@ bool SkipPlan::readSlot(size_t I, PyObject *FrameLocals) {
   case Slot::Attr:
     // _PyType_Lookup assigns the version tag the TypeTag step records.
     R = pureAttr(P, X.Key, Table[X.Hidden]);
+    if (!R && plainRead(P, X.Key, Table[X.Hidden], &R) != AttrOutcome::Found)
+      R = nullptr;
     if (!versionTagValid(Py_TYPE(P)))
       R = nullptr;
+    break;
+  case Slot::AnchorItem:
+    R = anchorItem(P, X.Key, X.Index);
+    break;
+  case Slot::ConfigMap:
+    R = knownConfigMap(P, Table[X.Hidden]);
     break;
   case Slot::ModuleListItem:
     if (moduleListIndexing(Py_TYPE(P)) && versionTagValid(Py_TYPE(P)))
@@ -88,6 +98,10 @@ bool SkipPlan::readSlot(size_t I, PyObject *FrameLocals) {
     break;
   case Slot::TypeField:
     if (PyType_Check(P))
+      R = cpy::fieldAt(P, X.Offset);
+    break;
+  case Slot::FieldAttr:
+    if (Py_IS_TYPE(P, &PyCell_Type) || Py_IS_TYPE(P, &PyFunction_Type))
       R = cpy::fieldAt(P, X.Offset);
     break;
   }
@@ -129,6 +143,13 @@ bool SkipPlan::record(PyObject *FrameLocals) {
     PyObject *O = Table[St.Src];
     switch (St.K) {
     case SkipStep::LoadLocal:
+    case SkipStep::LoadItem:
+      break;
+    case SkipStep::KnownType:
+      if (knownAttrKind(O) != St.Known) {
+        ++Stats.RecordFailures;
+        return false;
+      }
       break;
     case SkipStep::DictOf:
       St.Expect = Table[St.Dst];
@@ -194,6 +215,17 @@ bool SkipPlan::validate(PyObject *FrameLocals) {
       T[St.Dst] = X;
       break;
     }
+    case SkipStep::LoadItem: {
+      PyObject *X = anchorItem(T[St.Src], St.Key, St.Offset);
+      if (!X)
+        return false;
+      T[St.Dst] = X;
+      break;
+    }
+    case SkipStep::KnownType:
+      if (knownAttrKind(T[St.Src]) != St.Known)
+        return false;
+      break;
     case SkipStep::DictOf: {
       PyObject *O = T[St.Src];
       if (Py_TYPE(O) != St.Type)

@@ -23,6 +23,8 @@
 #include "CPythonReads.h"
 #include "SkipPlanReads.h"
 
+#include "guardjit/Runtime/PythonAttr.h"
+
 #include <cassert>
 #include <cstddef>
 #include <cstring>
@@ -32,6 +34,72 @@ using namespace guardjit;
 using namespace guardjit::skip;
 
 namespace {
+
+/// The PyFunctionObject field a function accessor reads.
+uint32_t funcFieldOffset(AccessorKind K) {
+  switch (K) {
+  case AccessorKind::Code:
+    return offsetof(PyFunctionObject, func_code);
+  case AccessorKind::FuncDefaults:
+    return offsetof(PyFunctionObject, func_defaults);
+  case AccessorKind::FuncKwDefaults:
+    return offsetof(PyFunctionObject, func_kwdefaults);
+  default:
+    assert(K == AccessorKind::Closure);
+    return offsetof(PyFunctionObject, func_closure);
+  }
+}
+
+/// The field behind attribute `Name` of an exact cell or function, whose
+/// type serves it with a data descriptor (getset or member: the instance
+/// dict never shadows it) that returns the field itself; -1 for others.
+int64_t fieldAttrOffset(PyObject *Owner, PyObject *Name) {
+  if (!PyUnicode_CheckExact(Name))
+    return -1;
+  struct Entry {
+    const char *Name;
+    int64_t Offset;
+  };
+  static const Entry Cell[] = {{"cell_contents", offsetof(PyCellObject, ob_ref)}};
+  static const Entry Function[] = {
+      {"__name__", offsetof(PyFunctionObject, func_name)},
+      {"__qualname__", offsetof(PyFunctionObject, func_qualname)},
+      {"__module__", offsetof(PyFunctionObject, func_module)},
+      {"__code__", offsetof(PyFunctionObject, func_code)},
+      {"__defaults__", offsetof(PyFunctionObject, func_defaults)},
+      {"__kwdefaults__", offsetof(PyFunctionObject, func_kwdefaults)},
+      {"__closure__", offsetof(PyFunctionObject, func_closure)},
+      {"__globals__", offsetof(PyFunctionObject, func_globals)}};
+  auto Find = [&](const auto &Table) -> int64_t {
+    for (const Entry &E : Table)
+      if (PyUnicode_CompareWithASCIIString(Name, E.Name) == 0)
+        return E.Offset;
+    return -1;
+  };
+  if (Py_IS_TYPE(Owner, &PyCell_Type))
+    return Find(Cell);
+  if (Py_IS_TYPE(Owner, &PyFunction_Type))
+    return Find(Function);
+  return -1;
+}
+
+/// The non-negative tuple index a TupleGetItem reads, or a GetItem with an
+/// int key in [0, 2^62); -1 otherwise.
+int64_t tupleIndex(const GuardSet &S, const Value &V, PyObject *const *Objs) {
+  (void)S;
+  if (V.Kind == AccessorKind::TupleGetItem)
+    return V.Index;
+  if (V.Kind != AccessorKind::GetItem || V.Key == InvalidId ||
+      !PyLong_CheckExact(Objs[V.Key]))
+    return -1;
+  int Overflow = 0;
+  long long K = PyLong_AsLongLongAndOverflow(Objs[V.Key], &Overflow);
+  if (Overflow || K < 0 || K >= (int64_t(1) << 62)) {
+    PyErr_Clear();
+    return -1;
+  }
+  return K;
+}
 
 bool isDictGuard(GuardKind K) {
   return K == GuardKind::DictLength || K == GuardKind::DictContains ||
@@ -88,6 +156,7 @@ public:
 private:
   enum class Role : uint8_t { Live, Anchor, Const, Stable };
   void classify();
+  AttrOutcome trackRead(ValueId Owner, PyObject *Name, PyObject **Value);
   void layout(SkipPlan &P);
   bool implied(const Guard &G) const;
   std::shared_ptr<GuardSet> buildResidual(SkipPlan &P, std::string *WhyNot);
@@ -104,11 +173,33 @@ private:
   std::vector<PyObject *> ProbeDict; ///< Stable values' instance dicts
   std::vector<bool> TagTracked, AttrTracked;
   std::vector<bool> ModulesTracked; ///< a stable ModuleList item below
+  /// Reads below decided by a registered function (plainRead): a KnownType
+  /// step, and tag steps on the module's `_parameters`/`_buffers`/`_modules`
+  /// or the config's attribute_map.
+  std::vector<KnownAttrKind> KnownKind;
+  std::vector<bool> ImpliedByRead; ///< per guard: NO_HASATTR proven missing
   std::vector<uint32_t> SlotOf;      ///< value -> slot (InvalidId: none)
   /// A step checks type(value) every call (DictOf, Tag, TypeTag), so a
   /// TYPE_MATCH on it that passed when recorded still does.
   std::vector<bool> TypeChecked;
 };
+
+/// plainRead of `Name` on the probed object of stable value `Owner`, whose
+/// instance dict must be pinned by the caller (AttrTracked). Records what
+/// else the answer relies on (KnownKind). *Value is set when Found.
+AttrOutcome SkipPlanBuilder::trackRead(ValueId Owner, PyObject *Name,
+                                       PyObject **Value) {
+  PyObject *Obj = Probe[Owner];
+  bool Ok;
+  PyObject *D = instanceDict(Obj, /*Materialize=*/true, &Ok);
+  if (!Ok)
+    return AttrOutcome::Unknown;
+  AttrOutcome O = plainRead(Obj, Name, D, Value);
+  if (O != AttrOutcome::Unknown &&
+      knownAttrKind(Obj) != KnownAttrKind::None)
+    KnownKind[Owner] = knownAttrKind(Obj);
+  return O;
+}
 
 void SkipPlanBuilder::classify() {
   size_t N = S.values().size();
@@ -118,8 +209,31 @@ void SkipPlanBuilder::classify() {
   TagTracked.assign(N, false);
   AttrTracked.assign(N, false);
   ModulesTracked.assign(N, false);
+  KnownKind.assign(N, KnownAttrKind::None);
   for (ValueId I = 1; I < N; ++I) {
     const Value &V = S.value(I);
+    // An item of a frame-local tuple or dict (`L['args'][0]`, the `self` of
+    // a function taking *args; `L['kwargs']['x']`) is an anchor of its own:
+    // read again on every call (a LoadItem step), never assumed unchanged.
+    if (V.Parent != InvalidId && V.Parent != GuardSet::root() &&
+        Roles[V.Parent] == Role::Anchor &&
+        S.value(V.Parent).Kind == AccessorKind::FrameLocal) {
+      PyObject *P = Probe[V.Parent];
+      PyObject *X = nullptr;
+      int64_t Index = tupleIndex(S, V, Objs);
+      if (Index >= 0 && PyTuple_CheckExact(P) && Index < PyTuple_GET_SIZE(P))
+        X = PyTuple_GET_ITEM(P, Index);
+      else if ((V.Kind == AccessorKind::DictGetItem ||
+                V.Kind == AccessorKind::GetItem) &&
+               PyDict_CheckExact(P) && cpy::strKeys(P) &&
+               PyUnicode_CheckExact(Objs[V.Key]))
+        X = PyDict_GetItem(P, Objs[V.Key]);
+      if (X) {
+        Roles[I] = Role::Anchor;
+        Probe[I] = X;
+        continue;
+      }
+    }
     if (V.Kind == AccessorKind::FrameLocal && V.Parent == GuardSet::root() &&
         PyUnicode_CheckExact(Objs[V.Key])) {
       if (PyObject *X = PyDict_GetItem(FrameLocals, Objs[V.Key])) {
@@ -169,9 +283,19 @@ void SkipPlanBuilder::classify() {
       break;
     case AccessorKind::GetAttr:
     case AccessorKind::GenericGetAttr: {
+      if (Py_IS_TYPE(P, &PyCell_Type) || Py_IS_TYPE(P, &PyFunction_Type)) {
+        // A data descriptor of a cell or function reading one field (a
+        // Field step); a NULL field (an empty cell raises) is no value.
+        if (int64_t Off = fieldAttrOffset(P, Objs[V.Key]); Off >= 0)
+          X = cpy::fieldAt(P, Off);
+        break;
+      }
       PyObject *D = instanceDict(P, /*Materialize=*/true, &Ok);
       if (Ok)
         X = pureAttr(P, Objs[V.Key], D);
+      if (!X && Ok &&
+          trackRead(V.Parent, Objs[V.Key], &X) != AttrOutcome::Found)
+        X = nullptr;
       // pureAttr assigns a version tag through _PyType_Lookup: test again.
       if (X && versionTagValid(Py_TYPE(P))) {
         AttrTracked[V.Parent] = true;
@@ -182,6 +306,14 @@ void SkipPlanBuilder::classify() {
       break;
     }
     case AccessorKind::GetItem: {
+      if (PyTuple_CheckExact(P)) {
+        // tuple.__getitem__ with an int: as TupleGetItem below.
+        int64_t Index = tupleIndex(S, V, Objs);
+        if (Roles[V.Parent] != Role::Anchor && Index >= 0 &&
+            Index < PyTuple_GET_SIZE(P))
+          X = PyTuple_GET_ITEM(P, Index);
+        break;
+      }
       if (PyDict_CheckExact(P)) {
         // dict_subscript of an exact dict: no __missing__, the same probe.
         if (PyUnicode_CheckExact(Objs[V.Key]) || PyLong_CheckExact(Objs[V.Key]))
@@ -222,11 +354,9 @@ void SkipPlanBuilder::classify() {
     case AccessorKind::Code:
     case AccessorKind::FuncDefaults:
     case AccessorKind::FuncKwDefaults:
-      if (PyFunction_Check(P) && Py_IS_TYPE(P, &PyFunction_Type))
-        X = V.Kind == AccessorKind::Code ? PyFunction_GET_CODE(P)
-            : V.Kind == AccessorKind::FuncDefaults
-                ? PyFunction_GET_DEFAULTS(P)
-                : PyFunction_GET_KW_DEFAULTS(P);
+    case AccessorKind::Closure:
+      if (Py_IS_TYPE(P, &PyFunction_Type))
+        X = cpy::fieldAt(P, funcFieldOffset(V.Kind));
       break;
     case AccessorKind::TypeDict:
     case AccessorKind::TypeMro:
@@ -241,6 +371,26 @@ void SkipPlanBuilder::classify() {
     if (X) {
       Roles[I] = Role::Stable;
       Probe[I] = X;
+    }
+  }
+  // NO_HASATTR on a stable value whose type, instance dict (and, for the
+  // registered functions, the dicts they consult) steps pin: implied.
+  ImpliedByRead.assign(S.guards().size(), false);
+  for (size_t GI = 0; GI < S.guards().size(); ++GI) {
+    const Guard &G = S.guards()[GI];
+    if (G.Kind != GuardKind::NoHasAttr || G.Operands.size() != 1 ||
+        (Roles[G.Operands[0]] != Role::Stable &&
+         Roles[G.Operands[0]] != Role::Anchor))
+      continue;
+    ValueId V = G.Operands[0];
+    bool Ok;
+    PyObject *D = instanceDict(Probe[V], /*Materialize=*/true, &Ok);
+    PyObject *Found = nullptr;
+    if (Ok && trackRead(V, Objs[G.Object], &Found) == AttrOutcome::Missing &&
+        versionTagValid(Py_TYPE(Probe[V]))) {
+      AttrTracked[V] = true;
+      ProbeDict[V] = D;
+      ImpliedByRead[GI] = true;
     }
   }
   // Dict guards on a stable dict become tag steps instead.
@@ -278,7 +428,11 @@ void SkipPlanBuilder::layout(SkipPlan &P) {
       continue;
     const Value &V = S.value(I);
     Slot X;
-    uint32_t Parent = Roles[I] == Role::Stable ? SlotOf[V.Parent] : 0;
+    uint32_t Parent = Roles[I] == Role::Stable ||
+                              (Roles[I] == Role::Anchor &&
+                               V.Parent != GuardSet::root())
+                          ? SlotOf[V.Parent]
+                          : 0;
     X.Parent = Parent;
     switch (V.Kind) {
     case AccessorKind::FrameLocal:
@@ -290,7 +444,7 @@ void SkipPlanBuilder::layout(SkipPlan &P) {
       X.Key = Objs[V.Key];
       break;
     case AccessorKind::DictGetItem:
-      X.K = Slot::DictItem;
+      X.K = Roles[I] == Role::Anchor ? Slot::AnchorItem : Slot::DictItem;
       X.Key = Objs[V.Key];
       break;
     case AccessorKind::DictKey:
@@ -303,13 +457,25 @@ void SkipPlanBuilder::layout(SkipPlan &P) {
       break;
     case AccessorKind::GetAttr:
     case AccessorKind::GenericGetAttr:
+      if (Py_IS_TYPE(Probe[V.Parent], &PyCell_Type) ||
+          Py_IS_TYPE(Probe[V.Parent], &PyFunction_Type)) {
+        X.K = Slot::FieldAttr;
+        X.Offset = static_cast<uint32_t>(
+            fieldAttrOffset(Probe[V.Parent], Objs[V.Key]));
+        break;
+      }
       X.K = Slot::Attr;
       X.Key = Objs[V.Key];
       X.Hidden = HiddenOf[V.Parent];
       break;
     case AccessorKind::GetItem: {
+      if (PyTuple_CheckExact(Probe[V.Parent])) {
+        X.K = Roles[I] == Role::Anchor ? Slot::AnchorItem : Slot::TupleItem;
+        X.Index = tupleIndex(S, V, Objs);
+        break;
+      }
       if (PyDict_CheckExact(Probe[V.Parent])) {
-        X.K = Slot::DictItem;
+        X.K = Roles[I] == Role::Anchor ? Slot::AnchorItem : Slot::DictItem;
         X.Key = Objs[V.Key];
         break;
       }
@@ -323,20 +489,15 @@ void SkipPlanBuilder::layout(SkipPlan &P) {
       X.K = Slot::TypeOf;
       break;
     case AccessorKind::TupleGetItem:
-      X.K = Slot::TupleItem;
-      X.Index = V.Index;
+      X.K = Roles[I] == Role::Anchor ? Slot::AnchorItem : Slot::TupleItem;
+      X.Index = tupleIndex(S, V, Objs);
       break;
     case AccessorKind::Code:
-      X.K = Slot::FuncField;
-      X.Offset = offsetof(PyFunctionObject, func_code);
-      break;
     case AccessorKind::FuncDefaults:
-      X.K = Slot::FuncField;
-      X.Offset = offsetof(PyFunctionObject, func_defaults);
-      break;
     case AccessorKind::FuncKwDefaults:
+    case AccessorKind::Closure:
       X.K = Slot::FuncField;
-      X.Offset = offsetof(PyFunctionObject, func_kwdefaults);
+      X.Offset = funcFieldOffset(V.Kind);
       break;
     case AccessorKind::TypeDict:
       X.K = Slot::TypeField;
@@ -365,6 +526,12 @@ void SkipPlanBuilder::layout(SkipPlan &P) {
     case Slot::Anchor:
       addStep(SkipStep::LoadLocal, 0, Me)->Key = X.Key;
       break;
+    case Slot::AnchorItem: {
+      SkipStep *L = addStep(SkipStep::LoadItem, Parent, Me);
+      L->Key = X.Key;
+      L->Offset = static_cast<uint32_t>(X.Index);
+      break;
+    }
     case Slot::InstanceDict:
       // One step: the owner's type, its __dict__ pointer and (when items
       // below are stable) that dict's tag.
@@ -377,6 +544,7 @@ void SkipPlanBuilder::layout(SkipPlan &P) {
       break;
     case Slot::FuncField:
     case Slot::TypeField:
+    case Slot::FieldAttr:
       addStep(SkipStep::Field, Parent, Me)->Offset = X.Offset;
       break;
     default:
@@ -397,15 +565,33 @@ void SkipPlanBuilder::layout(SkipPlan &P) {
       uint32_t HS = addSlot(H);
       HiddenOf[I] = HS;
       addStep(SkipStep::DictOf, Me, HS)->WithTag = true;
-      if (ModulesTracked[I]) {
+      auto addTaggedAttr = [&](PyObject *Name) {
         Slot M;
         M.K = Slot::Attr;
         M.Parent = Me;
         M.Hidden = HS;
-        M.Key = modulesName();
+        M.Key = Name;
         uint32_t MS = addSlot(M);
-        ModulesOf[I] = MS;
         addStep(SkipStep::Tag, MS, MS);
+        return MS;
+      };
+      if (ModulesTracked[I])
+        ModulesOf[I] = addTaggedAttr(modulesName());
+      // What a registered function's reads rely on (plainRead).
+      if (KnownKind[I] != KnownAttrKind::None) {
+        addStep(SkipStep::KnownType, Me, Me)->Known = KnownKind[I];
+        if (KnownKind[I] == KnownAttrKind::Module) {
+          for (PyObject *Name : moduleDictNames())
+            if (Name != modulesName() || !ModulesTracked[I])
+              addTaggedAttr(Name);
+        } else {
+          Slot M;
+          M.K = Slot::ConfigMap;
+          M.Parent = Me;
+          M.Hidden = HS;
+          uint32_t MS = addSlot(M);
+          addStep(SkipStep::Tag, MS, MS);
+        }
       }
     }
   }
@@ -417,6 +603,8 @@ void SkipPlanBuilder::layout(SkipPlan &P) {
 bool SkipPlanBuilder::implied(const Guard &G) const {
   if (G.Operands.empty())
     return false;
+  if (ImpliedByRead[&G - S.guards().data()])
+    return true;
   if (G.Kind == GuardKind::TypeMatch) {
     // Anchors included: the step compares the live object's type. An object
     // of a static type (not a module type) cannot have __class__ reassigned.
@@ -459,14 +647,29 @@ bool SkipPlanBuilder::implied(const Guard &G) const {
 
 std::shared_ptr<GuardSet>
 SkipPlanBuilder::buildResidual(SkipPlan &P, std::string *WhyNot) {
-  auto R = std::make_shared<GuardSet>(S.name() + ".residual");
-  for (const ObjectEntry &E : S.objects())
-    R->addObject(E);
-  for (const TensorSpec &T : S.tensorSpecs())
-    R->addTensorSpec(T);
-  for (const GuardOrigin &O : S.origins())
-    R->addOrigin(O);
+  auto newSet = [&](const char *Suffix) {
+    auto X = std::make_shared<GuardSet>(S.name() + Suffix);
+    for (const ObjectEntry &E : S.objects())
+      X->addObject(E);
+    for (const TensorSpec &T : S.tensorSpecs())
+      X->addTensorSpec(T);
+    for (const GuardOrigin &O : S.origins())
+      X->addOrigin(O);
+    return X;
+  };
+  auto R = newSet(".residual");
   size_t N = S.values().size();
+  // A live read that may run Python taints every value read through it:
+  // those reads and the guards on them run before validation, in the
+  // prelude, re-read from the root exactly as in F (SubtreeSkip.h).
+  std::vector<bool> Tainted(N, false);
+  for (ValueId I = 1; I < N; ++I) {
+    const Value &V = S.value(I);
+    if (Roles[I] != Role::Live)
+      continue;
+    Tainted[I] = !residualAccessorOk(S, V, Objs) ||
+                 (V.Parent != InvalidId && Tainted[V.Parent]);
+  }
   std::vector<ValueId> Map(N, InvalidId);
   Map[0] = GuardSet::root();
   // `map` creates values on demand: a slot read for anchors and stable
@@ -487,10 +690,32 @@ SkipPlanBuilder::buildResidual(SkipPlan &P, std::string *WhyNot) {
     }
     return Map[I] = R->addValue(NV);
   };
+  std::shared_ptr<GuardSet> Pre;
+  std::vector<ValueId> PreMap(N, InvalidId);
+  PreMap[0] = GuardSet::root();
+  // The prelude reads every value through F's own accessors.
+  auto preMap = [&](auto &&Self, ValueId I) -> ValueId {
+    if (PreMap[I] != InvalidId)
+      return PreMap[I];
+    Value NV = S.value(I);
+    NV.Parent = Self(Self, NV.Parent);
+    return PreMap[I] = Pre->addValue(NV);
+  };
+  auto toPrelude = [&]() -> GuardSet & {
+    if (!Pre)
+      Pre = newSet(".prelude");
+    return *Pre;
+  };
   // Every live value is read, as in F (a read with no guard is a check).
   for (ValueId I = 1; I < N; ++I)
-    if (Roles[I] == Role::Live)
-      map(map, I);
+    if (Roles[I] == Role::Live) {
+      if (Tainted[I]) {
+        toPrelude();
+        preMap(preMap, I);
+      } else {
+        map(map, I);
+      }
+    }
   std::vector<bool> BuiltinTyped(N, false);
   for (const Guard &G : S.guards()) {
     if (implied(G)) {
@@ -513,22 +738,30 @@ SkipPlanBuilder::buildResidual(SkipPlan &P, std::string *WhyNot) {
         !(reinterpret_cast<PyTypeObject *>(Objs[G.Object])->tp_flags &
           Py_TPFLAGS_HEAPTYPE))
       BuiltinTyped[G.Operands[0]] = true;
-    if (!BuiltinLength && !residualGuardOk(G, Objs)) {
-      *WhyNot = "the residual check would run Python (" +
-                describeGuard(S, &G - S.guards().data()) + ")";
-      return nullptr;
-    }
+    bool Python = !BuiltinLength && !residualGuardOk(G, Objs);
+    for (ValueId Op : G.Operands)
+      Python = Python || Tainted[Op];
     Guard NG = G;
+    if (Python) {
+      toPrelude();
+      for (ValueId &Op : NG.Operands)
+        Op = preMap(preMap, Op);
+      Pre->addGuard(std::move(NG));
+      continue;
+    }
     for (ValueId &Op : NG.Operands)
       Op = map(map, Op);
     R->addGuard(std::move(NG));
   }
   for (ValueId I = 0; I < R->values().size(); ++I)
     if (!residualAccessorOk(*R, R->value(I), Objs)) {
+      // Cannot happen (tainted values went to the prelude); kept as the
+      // last word on what R may contain.
       *WhyNot = "the residual check would run Python (" +
                 describeValue(*R, I) + ")";
       return nullptr;
     }
+  P.Prelude = std::move(Pre);
   return R;
 }
 

@@ -779,6 +779,7 @@ def _subtree_skip_stats(c: collections.Counter) -> dict[str, Any]:
         "subtrees": sum(s["subtrees"] for s in live),
         "implied_guards": sum(s["implied_guards"] for s in live),
         "residual_guards": sum(s["residual_guards"] for s in live),
+        "prelude_guards": sum(s.get("prelude_guards", 0) for s in live),
         "hits": sum(s["hits"] for s in live),
         "fallbacks": sum(s["fallbacks"] for s in live),
         "records": sum(s["records"] for s in live),

@@ -259,13 +259,15 @@ void guardjit::python::populateCheck(py::module_ &M) {
         D["steps"] = P.numSteps();
         D["implied_guards"] = P.numImpliedGuards();
         D["residual_guards"] = P.numResidualGuards();
+        D["prelude_guards"] = P.numPreludeGuards();
         D["hits"] = P.stats().Hits;
         D["fallbacks"] = P.stats().Fallbacks;
         D["records"] = P.stats().Records;
         D["record_failures"] = P.stats().RecordFailures;
         D["disabled"] = K.Disabled;
         D["snapshot"] = P.valid();
-        D["residual_native"] = K.Residual->Fn.load() != nullptr;
+        D["residual_native"] = K.Residual->Fn.load() != nullptr &&
+                               (!K.Prelude || K.Prelude->Fn.load() != nullptr);
         return D;
       },
       py::arg("check"),

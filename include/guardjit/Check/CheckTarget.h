@@ -46,6 +46,8 @@ struct CheckTarget;
 struct SkipState {
   std::unique_ptr<SkipPlan> Plan;
   std::shared_ptr<CheckTarget> Residual;
+  /// Runs before validation when the plan has a prelude (SubtreeSkip.h).
+  std::shared_ptr<CheckTarget> Prelude;
   /// Consecutive calls whose recorded state had changed / could not be
   /// recorded; at MaxMissRun the target stops skipping (a unit whose modules
   /// change on every call would pay validation and recording for nothing).
@@ -166,7 +168,8 @@ bool tierUp(std::shared_ptr<CheckTarget> T, int Level,
             const ProviderLookup &Providers);
 
 /// Queues the native compile of the residual check of `T` (subtree
-/// skipping) at `Level`; false when there is none or it is already queued.
+/// skipping) and of its prelude, if any, at `Level`; false when there is
+/// none or it is already queued.
 /// GIL held, or as startNative with `HoldsGil` false.
 bool compileResidual(const CheckTarget &T, int Level,
                      const ProviderLookup &Providers, bool HoldsGil = true);

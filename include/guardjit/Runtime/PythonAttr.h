@@ -47,6 +47,38 @@ enum class AttrOutcome : uint8_t {
 /// user code ran. Borrowed arguments; no error is left set.
 AttrOutcome knownGetAttr(PyObject *Obj, PyObject *Name, PyObject **Value);
 
+/// Which registered function an object's type runs on attribute access.
+enum class KnownAttrKind : uint8_t {
+  None,   ///< neither (the type may still use the generic getattr)
+  Module, ///< torch.nn.Module.__getattr__ when the generic lookup misses
+  Config, ///< PreTrainedConfig.__getattribute__ for every read
+};
+
+/// The registered function Py_TYPE(Obj) runs, when its per-read conditions
+/// hold now (knownGetAttr would decide). Pure reads only: no Python runs, no
+/// reference is created (type version tags may be assigned). The answer
+/// stays the same while Py_TYPE(Obj)'s version tag does and the registered
+/// functions keep their code (a SkipPlan asks again on every call). GIL held.
+KnownAttrKind knownAttrKind(PyObject *Obj);
+
+/// For SubtreeSkip plans (SubtreeSkip.h): `getattr(Obj, Name)` decided by
+/// pure reads only, or Unknown. `Dict` is Obj's instance dict (borrowed, may
+/// be NULL). The answer depends only on Py_TYPE(Obj) and its version tag,
+/// the contents of `Dict` and, by knownAttrKind(Obj): for Module (Missing
+/// only; Found reads of `_parameters`/`_buffers`/`_modules` too) the
+/// contents of those three dicts of `Dict`; for Config the contents of
+/// knownConfigMap(Obj, Dict). A type of neither kind is decided only when it
+/// uses PyObject_GenericGetAttr itself. Found: *Value borrowed (held by one
+/// of those dicts or by the type). Never runs Python; no error left set.
+/// Mirrors knownGetAttr minus every step that could run user code.
+AttrOutcome plainRead(PyObject *Obj, PyObject *Name, PyObject *Dict,
+                      PyObject **Value);
+
+/// The `attribute_map` dict a Config read of Obj consults (the instance
+/// dict's entry, else the class attribute; borrowed), or NULL when there is
+/// none or it is not a plain str-keyed dict. GIL held; runs no Python.
+PyObject *knownConfigMap(PyObject *Obj, PyObject *Dict);
+
 /// Registers torch.nn.Module.__getattr__ (a function object of one
 /// positional `name` besides `self`). The caller has checked its bytecode
 /// (pyattr.py). Replaces an earlier registration. Returns false and sets

@@ -54,10 +54,17 @@
 //
 // Thread/GIL: every function needs the GIL. validate() and record() call no
 // Python code and release nothing (record() drops the previous snapshot's
-// held objects once the new one is taken, which may run finalizers); R is
-// only accepted when it calls no Python either (Plan::build declines
-// otherwise), so a skipped check is atomic with respect to other Python
-// threads. Mirrors (and fixes) torch 2.13's GuardManager dict-tag fast path
+// held objects once the new one is taken, which may run finalizers); R
+// calls no Python either, so validation plus R is atomic with respect to
+// other Python threads and to any code that could free a recorded object.
+// The guards of F that may run Python (a hasattr on a config whose type runs
+// Python, `__name__` of a class, a read through a user __getattr__), with
+// every guard on a value read through such a read, form the prelude: a set
+// read from the frame locals through F's own accessors, run *before*
+// validate(). Its answers are F's answers for those guards (the same reads,
+// as fresh as in F), and whatever its Python changes, validation sees
+// afterwards. The check is prelude && validate && R; a failing prelude is a
+// failing check (those guards are F's). Mirrors (and fixes) torch 2.13's GuardManager dict-tag fast path
 // (torch/csrc/dynamo/guards.cpp, `check_dict_tags` / `_dict_pointers` /
 // `_tag_safe_entries`).
 //
@@ -67,6 +74,7 @@
 
 #include "guardjit/IR/GuardSet.h"
 #include "guardjit/Runtime/BoundGuardSet.h"
+#include "guardjit/Runtime/PythonAttr.h"
 #include "guardjit/Runtime/Python.h"
 
 #include <cstdint>
@@ -87,6 +95,10 @@ struct SkipStep {
     TypeIs,    ///< type(Src) is Type
     TypeTag,   ///< type(Src) is Type with a valid tp_version_tag == Tag
     Field,     ///< type(Src) is Type and its PyObject* at byte Offset is Expect
+    LoadItem,  ///< Dst = Src[Key] (exact str-keyed dict) or Src[Offset]
+               ///< (exact tuple), Src an anchor of this call
+    KnownType, ///< Src's attribute reads still run the registered function
+               ///< `Known` (knownAttrKind, PythonAttr.h)
   };
   Kind K = Tag;
   uint32_t Src = 0;
@@ -98,6 +110,7 @@ struct SkipStep {
   PyTypeObject *DictType = nullptr; ///< DictOf with WithTag
   uint64_t Version = 0;
   bool WithTag = false;
+  KnownAttrKind Known = KnownAttrKind::None;
 };
 
 /// Counters of one plan (GIL held to read or write).
@@ -114,8 +127,8 @@ public:
   /// `FrameLocals` (a frame locals dict on which `Full` passes; borrowed) so
   /// that values whose read is not pure there (a property, a missing
   /// attribute served by __getattr__, a bound method) stay live reads.
-  /// Returns nullptr and sets *WhyNot when no subtree can be skipped or the
-  /// residual set would call Python. GIL held.
+  /// Returns nullptr and sets *WhyNot when no subtree can be skipped. GIL
+  /// held.
   static std::unique_ptr<SkipPlan> build(const BoundGuardSet &Full,
                                          PyObject *FrameLocals,
                                          std::string *WhyNot);
@@ -125,6 +138,9 @@ public:
 
   /// The residual set R (bind it, then call attach() with the result).
   std::shared_ptr<GuardSet> residual() const { return Residual; }
+  /// The prelude: F's guards that may run Python, with their reads, run
+  /// from the frame locals before validate() (nullptr when there are none).
+  std::shared_ptr<GuardSet> prelude() const { return Prelude; }
   /// Points the plan at R's bound set, whose recorded-object table it fills.
   void attach(BoundGuardSet &BoundResidual);
 
@@ -146,6 +162,9 @@ public:
   size_t numSubtrees() const { return NumSubtrees; }
   size_t numImpliedGuards() const { return NumImplied; }
   size_t numResidualGuards() const { return Residual->guards().size(); }
+  size_t numPreludeGuards() const {
+    return Prelude ? Prelude->guards().size() : 0;
+  }
   SkipStats &stats() { return Stats; }
 
 private:
@@ -156,6 +175,7 @@ private:
   bool readSlot(size_t I, PyObject *FrameLocals);
 
   std::shared_ptr<GuardSet> Residual;
+  std::shared_ptr<GuardSet> Prelude;
   std::vector<Slot> Slots;
   std::vector<SkipStep> Steps;
   PyObject **Table = nullptr; ///< R's recorded-object table
