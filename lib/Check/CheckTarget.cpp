@@ -254,6 +254,13 @@ std::optional<SkipProfile> profileSkip(CheckTarget &T, PyObject *FrameLocals,
   CheckFn RFn = R.Fn.load(std::memory_order_acquire);
   using Clock = std::chrono::steady_clock;
   auto Start = Clock::now();
+  int PreludePass = 0;
+  if (const auto &Pre = T.Skip->Prelude) {
+    CheckFn PFn = Pre->Fn.load(std::memory_order_acquire);
+    for (int I = 0; I < Calls; ++I)
+      PreludePass += PFn ? PFn(FrameLocals) : interpret(*Pre->Bound, FrameLocals);
+  }
+  auto PreEnd = Clock::now();
   int Valid = 0;
   for (int I = 0; I < Calls; ++I)
     Valid += P.validate(FrameLocals);
@@ -266,10 +273,12 @@ std::optional<SkipProfile> profileSkip(CheckTarget &T, PyObject *FrameLocals,
     return std::chrono::duration<double, std::nano>(B - A).count() / Calls;
   };
   SkipProfile Out;
-  Out.ValidateNs = Ns(Start, Mid);
+  Out.PreludeNs = Ns(Start, PreEnd);
+  Out.ValidateNs = Ns(PreEnd, Mid);
   Out.ResidualNs = Ns(Mid, End);
   Out.Validated = Valid;
   Out.Passed = Pass;
+  Out.PreludePassed = T.Skip->Prelude ? PreludePass : Calls;
   return Out;
 }
 

@@ -281,6 +281,8 @@ void guardjit::python::populateCheck(py::module_ &M) {
         if (!Prof)
           return py::none();
         py::dict D;
+        D["prelude_ns"] = Prof->PreludeNs;
+        D["prelude_passed"] = Prof->PreludePassed;
         D["validate_ns"] = Prof->ValidateNs;
         D["residual_ns"] = Prof->ResidualNs;
         D["validated"] = Prof->Validated;
@@ -288,9 +290,9 @@ void guardjit::python::populateCheck(py::module_ &M) {
         return D;
       },
       py::arg("check"), py::arg("f_locals"), py::arg("calls") = 1000,
-      "Benchmark aid: ns per call of the validation alone and of the "
-      "residual check alone on `f_locals` (None without a snapshot). Runs "
-      "no Python code; GIL held.");
+      "Benchmark aid: ns per call of the prelude alone, the validation alone "
+      "and the residual check alone on `f_locals` (None without a "
+      "snapshot). Runs Python only through the prelude's guards; GIL held.");
 
   M.def(
       "residual_set",
@@ -302,6 +304,19 @@ void guardjit::python::populateCheck(py::module_ &M) {
             std::shared_ptr<const GuardSet>(T->Skip->Plan->residual())));
       },
       py::arg("check"), "The residual guard set of `check`, or None.");
+
+  M.def(
+      "prelude_set",
+      [](py::handle Fn) -> py::object {
+        std::shared_ptr<CheckTarget> T = targetOf(Fn);
+        if (!T->Skip || !T->Skip->Plan->prelude())
+          return py::none();
+        return py::cast(std::const_pointer_cast<GuardSet>(
+            std::shared_ptr<const GuardSet>(T->Skip->Plan->prelude())));
+      },
+      py::arg("check"),
+      "The prelude guard set of `check` (its guards that may run Python, "
+      "run before validation), or None.");
 
   M.def(
       "guard_counters",

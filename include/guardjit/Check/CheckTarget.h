@@ -174,11 +174,14 @@ bool tierUp(std::shared_ptr<CheckTarget> T, int Level,
 bool compileResidual(const CheckTarget &T, int Level,
                      const ProviderLookup &Providers, bool HoldsGil = true);
 
-/// Benchmark aid: ns per call of the validation alone and of the residual
-/// check alone; none without a valid snapshot. Runs no Python; GIL held.
+/// Benchmark aid: ns per call of the prelude alone, the validation alone
+/// and the residual check alone; none without a valid snapshot. Runs Python
+/// only through the prelude's guards; GIL held.
 struct SkipProfile {
+  double PreludeNs = 0; ///< 0 without a prelude
   double ValidateNs = 0;
   double ResidualNs = 0;
+  int PreludePassed = 0;
   int Validated = 0;
   int Passed = 0;
 };
