@@ -220,9 +220,15 @@ llvm::Value *Lowerer::emitTensorGuard(size_t Index, LoweringStats &Stats) {
   llvm::Value *Ok = nullptr;
   switch (G.Kind) {
   case GuardKind::TensorMatch:
+    // A dtype at or above NumScalarTypes makes the helper's scalar_type()
+    // throw (a failed check) where the index compare could pass; bind
+    // rejects specs whose sizes and strides differ in length.
     if (const TensorLayout *L = inlineTensorLayout();
         L && !G.Operands.empty() && LocalStatePtr &&
-        S.tensorSpec(G.Tensor).DType < L->NumScalarTypes) {
+        S.tensorSpec(G.Tensor).DType >= 0 &&
+        S.tensorSpec(G.Tensor).DType < L->NumScalarTypes &&
+        S.tensorSpec(G.Tensor).Sizes.size() ==
+            S.tensorSpec(G.Tensor).Strides.size()) {
       Ok = emitInlineTensorMatch(Index, *L, Stats);
       break;
     }

@@ -255,8 +255,13 @@ def _probes():
     P.append((Wrapper(dispatch_layout=True), 0, 0, 1))
     return leaf, P
 
-leaf, probes = _probes()
-del _probes
+import warnings
+
+with warnings.catch_warnings():
+    # torch.nested warns that it is a prototype: not the user's concern.
+    warnings.simplefilter("ignore")
+    leaf, probes = _probes()
+del _probes, warnings
 )PY";
 
 template <typename T> T readAt(const void *Base, int32_t Offset) {
