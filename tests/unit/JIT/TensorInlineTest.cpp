@@ -333,6 +333,7 @@ TEST_P(TensorInlineTest, AnUnverifiedLayoutCallsTheHelper) {
   SetBuilder SB;
   SB.tensorGuard(SB.local("a"), reinterpret_cast<PyObject *>(Type), 0);
   SB.S->tensorSpecs().back().DispatchKeys = IncludedKey;
+  SB.S->tensorSpecs().back().DType = 6;
   auto BS = SB.bind();
   ASSERT_TRUE(BS);
   auto J = GuardJIT::create({GetParam(), /*VerifyIR=*/true});
