@@ -108,7 +108,8 @@ static_assert(sizeof(std::optional<c10::Device>) == 3);
 /// (4), custom_sizes_strides_ (5-6), device_policy_ (7); byte 2
 /// layout_policy_ (0), ... The probes check the policy bits both ways.
 constexpr int32_t PolicyByte = 1;
-constexpr unsigned SizesPolicyShift = 2, SymbolicShift = 4, DevicePolicyShift = 7;
+constexpr unsigned SizesPolicyShift = 2, SymbolicShift = 4;
+constexpr unsigned DevicePolicyShift = 7;
 constexpr int32_t LayoutPolicyByte = 2;
 constexpr unsigned LayoutPolicyShift = 0;
 
@@ -146,7 +147,8 @@ void takeOffsets(TensorLayout &L, PyObject *Probe) {
       c10::DispatchKeySet({c10::DispatchKey::Python,
                            c10::DispatchKey::PythonTLSSnapshot,
                            c10::DispatchKey::PythonDispatcher,
-                           c10::DispatchKey::Sparse, c10::DispatchKey::SparseCsr,
+                           c10::DispatchKey::Sparse,
+                           c10::DispatchKey::SparseCsr,
                            c10::DispatchKey::NestedTensor,
                            c10::DispatchKey::Functionalize,
                            c10::DispatchKey::FuncTorchBatched,
@@ -171,7 +173,8 @@ bool takeAutogradOffsets(TensorLayout &L, PyObject *Leaf, std::string &Why) {
     return false;
   }
   std::memcpy(&L.AutogradMetaVTable, Meta, sizeof(uint64_t));
-  L.RequiresGrad = offsetIn(Meta, &torch::autograd::AutogradMeta::requires_grad_);
+  L.RequiresGrad =
+      offsetIn(Meta, &torch::autograd::AutogradMeta::requires_grad_);
   L.GradFn = offsetIn(Meta, &torch::autograd::AutogradMeta::grad_fn_);
   static_assert(sizeof(Meta->grad_fn_) == sizeof(void *));
   return true;

@@ -1,4 +1,4 @@
-//===- TensorLayout.h - TensorImpl offsets for inline TENSOR_MATCH -*- C++ -*-===//
+//===- TensorLayout.h - TensorImpl offsets, inline TENSOR_MATCH -*- C++ -*-===//
 //
 // Private to lib/TorchRuntime. See TensorLayout in TorchHooks.h.
 //
