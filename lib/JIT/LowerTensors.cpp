@@ -10,9 +10,9 @@
 // the TensorImpl's raw keys, policy bits, device and autograd meta decide
 // whether the tensor is one the inline reading answers exactly as
 // TorchHooks::tensorMatch (dense, default sizes/strides/device/layout
-// policy, no Python/sparse/nested/functorch key, a device, no autograd meta
-// or a plain AutogradMeta); any other tensor calls the helper, which stays
-// the reference. The expected values are constants from the TensorSpec.
+// policy, no Python/sparse/nested/functorch key, a device, no autograd meta,
+// a plain AutogradMeta or a DifferentiableViewMeta over such a base); any
+// other tensor calls the helper, which stays the reference. The expected values are constants from the TensorSpec.
 //
 //===----------------------------------------------------------------------===//
 #include "Lowerer.h"
@@ -41,13 +41,15 @@ std::string tensorLayoutKey() {
   if (!L)
     return "tensor-inline=off\n";
   return formatv("tensor-inline={0},{1},{2},{3},{4},{5},{6}:{7},{8}:{9},{10},"
-                 "{11},{12},{13},{14},{15},{16}\n",
+                 "{11},{12},{13},{14},{15},{16},{17},{18},{19}\n",
                  L->Impl, L->KeySet, L->DType, L->DeviceIndex,
                  L->DeviceEngaged, L->SizesAndStrides, L->Policy,
                  unsigned(L->PolicyMask), L->LayoutPolicy,
                  unsigned(L->LayoutPolicyMask), L->InlineDims,
                  L->AutogradMeta, L->RequiresGrad, L->GradFn, L->HelperKeys,
-                 L->NumScalarTypes, TensorLayout::PayloadAutogradMetaVTable)
+                 L->NumScalarTypes, TensorLayout::PayloadAutogradMetaVTable,
+                 TensorLayout::PayloadViewMetaVTable, L->ViewEngaged,
+                 L->ViewBase)
       .str();
 }
 
@@ -111,26 +113,64 @@ llvm::Value *Lowerer::emitInlineTensorMatch(size_t Index,
   B.SetInsertPoint(NoMeta);
   B.CreateCondBr(B.CreateIsNull(AgMeta), Fields, Meta);
 
-  // 3. requires_grad() of a plain AutogradMeta: requires_grad_ || grad_fn_.
+  // 3. requires_grad(): a plain AutogradMeta's is requires_grad_ ||
+  // grad_fn_; a DifferentiableViewMeta's adds, when the backward view is
+  // engaged, its base's (a plain meta, or none); any other class: helper.
+  auto PlainRequiresGrad = [&](llvm::Value *M, const Twine &Name) {
+    return B.CreateOr(
+        B.CreateICmpNE(loadAt(B, I8, M, L.RequiresGrad, Name + ".rg_field"),
+                       Zero8),
+        B.CreateIsNotNull(loadAt(B, PtrTy, M, L.GradFn, Name + ".grad_fn")));
+  };
   B.SetInsertPoint(Meta);
   llvm::Value *VTable = loadAt(B, I64, AgMeta, 0, P + ".vtable");
-  llvm::Value *Expected = loadAt(B, I64, payload(Index),
-                                 TensorLayout::PayloadAutogradMetaVTable,
-                                 P + ".plain_vtable");
-  BasicBlock *Plain = Block(".requires_grad");
-  B.CreateCondBr(B.CreateICmpNE(VTable, Expected), Slow, Plain, Rare);
+  llvm::Value *Pay = payload(Index);
+  BasicBlock *Plain = Block(".requires_grad"), *IsView = Block(".view_meta"),
+             *View = Block(".view"), *Base = Block(".view_base"),
+             *BaseMetaBB = Block(".base_meta"), *BasePlain = Block(".base_rg");
+  B.CreateCondBr(
+      B.CreateICmpEQ(VTable,
+                     loadAt(B, I64, Pay, TensorLayout::PayloadAutogradMetaVTable,
+                            P + ".plain_vtable")),
+      Plain, IsView, Likely);
   B.SetInsertPoint(Plain);
-  llvm::Value *Rg = B.CreateOr(
-      B.CreateICmpNE(loadAt(B, I8, AgMeta, L.RequiresGrad, P + ".rg_field"),
-                     Zero8),
-      B.CreateIsNotNull(loadAt(B, PtrTy, AgMeta, L.GradFn, P + ".grad_fn")));
+  llvm::Value *Rg = PlainRequiresGrad(AgMeta, P);
+  B.CreateBr(Fields);
+  B.SetInsertPoint(IsView);
+  B.CreateCondBr(
+      B.CreateICmpEQ(VTable,
+                     loadAt(B, I64, Pay, TensorLayout::PayloadViewMetaVTable,
+                            P + ".view_vtable")),
+      View, Slow);
+  B.SetInsertPoint(View);
+  llvm::Value *Own = PlainRequiresGrad(AgMeta, P + ".view");
+  llvm::Value *HasBwView = B.CreateICmpNE(
+      loadAt(B, I8, AgMeta, L.ViewEngaged, P + ".has_bw_view"), Zero8);
+  B.CreateCondBr(B.CreateOr(Own, B.CreateNot(HasBwView)), Fields, Base);
+  B.SetInsertPoint(Base);
+  llvm::Value *BaseImpl = loadAt(B, PtrTy, AgMeta, L.ViewBase, P + ".base");
+  llvm::Value *BaseMeta =
+      loadAt(B, PtrTy, BaseImpl, L.AutogradMeta, P + ".base_meta");
+  B.CreateCondBr(B.CreateIsNull(BaseMeta), Fields, BaseMetaBB);
+  B.SetInsertPoint(BaseMetaBB);
+  llvm::Value *BaseVTable = loadAt(B, I64, BaseMeta, 0, P + ".base_vtable");
+  B.CreateCondBr(
+      B.CreateICmpEQ(BaseVTable,
+                     loadAt(B, I64, Pay, TensorLayout::PayloadAutogradMetaVTable,
+                            P + ".plain_vtable")),
+      BasePlain, Slow);
+  B.SetInsertPoint(BasePlain);
+  llvm::Value *BaseRg = PlainRequiresGrad(BaseMeta, P + ".base");
   B.CreateBr(Fields);
 
   // 4. The fields TensorCheck::check compares, against the spec's constants.
   B.SetInsertPoint(Fields);
-  PHINode *RequiresGrad = B.CreatePHI(I1, 2, P + ".requires_grad");
+  PHINode *RequiresGrad = B.CreatePHI(I1, 5, P + ".requires_grad");
   RequiresGrad->addIncoming(ConstantInt::getFalse(Ctx), NoMeta);
   RequiresGrad->addIncoming(Rg, Plain);
+  RequiresGrad->addIncoming(Own, View);
+  RequiresGrad->addIncoming(ConstantInt::getFalse(Ctx), Base);
+  RequiresGrad->addIncoming(BaseRg, BasePlain);
   llvm::Value *Masked = B.CreateAnd(
       B.CreateOr(Keys, loadAt(B, I64, LocalStatePtr, 0, P + ".included")),
       B.CreateNot(loadAt(B, I64, LocalStatePtr, 8, P + ".excluded")));

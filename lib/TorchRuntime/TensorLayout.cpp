@@ -30,7 +30,10 @@
 //     is below NumScalarTypes (else it throws: the helper's failed check).
 //   - requires_grad() is `autograd_meta_ && autograd_meta_->requires_grad()`
 //     and AutogradMeta::requires_grad() is `requires_grad_ || grad_fn_`;
-//     DifferentiableViewMeta overrides it, hence the vtable compare.
+//     DifferentiableViewMeta overrides it with `... || (has_bw_view() &&
+//     get_backward_view().base_.requires_grad())`. The vtable pointer tells
+//     the two classes apart; any other class goes to the helper, as does a
+//     view whose base's meta is not a plain AutogradMeta.
 //
 //===----------------------------------------------------------------------===//
 #include "TensorLayout.h"
@@ -82,6 +85,8 @@ GUARDJIT_MEMBER(AutogradMetaField, c10::TensorImpl,
 GUARDJIT_MEMBER(SasSizeField, c10::impl::SizesAndStrides, size_t, size_)
 GUARDJIT_MEMBER(TypeIndexField, caffe2::TypeMeta, uint16_t, index_)
 GUARDJIT_MEMBER(DeviceIndexField, c10::Device, c10::DeviceIndex, index_)
+GUARDJIT_MEMBER(BackwardInfoField, torch::autograd::DifferentiableViewMeta,
+                std::optional<torch::autograd::ViewInfo>, backward_info_)
 #undef GUARDJIT_MEMBER
 
 template <typename C, typename T>
@@ -180,6 +185,36 @@ bool takeAutogradOffsets(TensorLayout &L, PyObject *Leaf, std::string &Why) {
   return true;
 }
 
+/// The DifferentiableViewMeta fields, on a view of that leaf (whose
+/// backward view is engaged).
+bool takeViewOffsets(TensorLayout &L, PyObject *View, std::string &Why) {
+  using torch::autograd::DifferentiableViewMeta;
+  using torch::autograd::ViewInfo;
+  c10::AutogradMetaInterface *Interface =
+      THPVariable_Unpack(View).unsafeGetTensorImpl()->autograd_meta();
+  if (!Interface || typeid(*Interface) != typeid(DifferentiableViewMeta)) {
+    Why = "the view probe has no DifferentiableViewMeta";
+    return false;
+  }
+  auto *Meta = static_cast<DifferentiableViewMeta *>(Interface);
+  if (static_cast<void *>(Meta) != static_cast<void *>(Interface) ||
+      !Meta->has_bw_view()) {
+    Why = "the view probe's DifferentiableViewMeta is not the plain case";
+    return false;
+  }
+  std::memcpy(&L.ViewMetaVTable, Meta, sizeof(uint64_t));
+  const std::optional<ViewInfo> &Info = Meta->*get(BackwardInfoField());
+  int32_t InfoOffset = offsetIn(
+      static_cast<const DifferentiableViewMeta *>(Meta), get(BackwardInfoField()));
+  // libstdc++'s std::optional<T>: the T's storage, then the engaged bool.
+  L.ViewEngaged = InfoOffset + static_cast<int32_t>(sizeof(ViewInfo));
+  L.ViewBase = InfoOffset +
+               static_cast<int32_t>(reinterpret_cast<const char *>(&*Info) -
+                                    reinterpret_cast<const char *>(&Info)) +
+               offsetIn(&*Info, &ViewInfo::base_);
+  return true;
+}
+
 /// GUARDJIT_POISON_TENSOR_LAYOUT=<field>: a wrong offset, for the tests
 /// that show a failed check keeps the helper.
 void poison(TensorLayout &L) {
@@ -196,6 +231,8 @@ void poison(TensorLayout &L) {
   else if (F == "autograd_meta") L.AutogradMeta += 8;
   else if (F == "requires_grad") L.RequiresGrad += 1;
   else if (F == "grad_fn") L.GradFn += 8;
+  else if (F == "view_engaged") L.ViewEngaged += 1;
+  else if (F == "view_base") L.ViewBase += 8;
 }
 
 //===----------------------------------------------------------------------===//
@@ -203,7 +240,8 @@ void poison(TensorLayout &L) {
 //===----------------------------------------------------------------------===//
 
 /// (tensor, sizes_strides_policy_, device_policy_, layout_policy_) with -1
-/// for "not asserted". `leaf` is a plain leaf that requires grad.
+/// for "not asserted". `leaf` is a plain leaf that requires grad, `view` a
+/// view of it.
 constexpr const char *ProbeSource = R"PY(
 import torch
 
@@ -225,7 +263,16 @@ def _probes():
     leaf = torch.zeros(3, requires_grad=True)
     plain(leaf)
     plain(leaf * 2)
-    plain(leaf[1:])
+    view = leaf[1:]
+    plain(view)
+    plain(leaf[1:][1:])
+    with torch.no_grad():
+        plain(leaf[1:])
+    base = torch.zeros(3)
+    plain(base[1:])
+    later = base[1:]
+    base.requires_grad_(True)
+    plain(later)
     off = torch.zeros(3)
     off.requires_grad_(True)
     off.requires_grad_(False)
@@ -256,7 +303,7 @@ def _probes():
     P.append((Wrapper(dispatch_sizes_strides_policy="strides"), 1, 0, 0))
     P.append((Wrapper(dispatch_device=True), 0, 1, 0))
     P.append((Wrapper(dispatch_layout=True), 0, 0, 1))
-    return leaf, P
+    return leaf, view, P
 
 import warnings
 
@@ -264,7 +311,7 @@ with warnings.catch_warnings():
     # Whatever torch warns about while the probes are made is not the
     # user's concern.
     warnings.simplefilter("ignore")
-    leaf, probes = _probes()
+    leaf, view, probes = _probes()
 del _probes, warnings
 )PY";
 
@@ -278,8 +325,15 @@ template <typename T> T readAt(const void *Base, int32_t Offset) {
 /// reading: each must be seen at least once for the check to mean anything.
 struct Coverage {
   int NoMeta = 0, RequiresGradField = 0, GradFnOnly = 0, MetaNotRequiring = 0,
-      OtherMetaClass = 0, HeapDims = 0, InlineDims = 0;
+      HeapDims = 0, InlineDims = 0, ViewOwn = 0, ViewBaseRequires = 0,
+      ViewBaseNot = 0;
 };
+
+/// requires_grad() of a plain AutogradMeta as the JIT reads it.
+bool plainRequiresGrad(const TensorLayout &L, const void *Meta) {
+  return readAt<uint8_t>(Meta, L.RequiresGrad) != 0 ||
+         readAt<const void *>(Meta, L.GradFn) != nullptr;
+}
 
 /// Empty on agreement, else the first field that disagrees.
 std::string checkProbe(const TensorLayout &L, PyObject *Obj, long SizesPolicy,
@@ -336,10 +390,35 @@ std::string checkProbe(const TensorLayout &L, PyObject *Obj, long SizesPolicy,
     ++C.NoMeta;
     return T.requires_grad() ? "requires_grad (no autograd meta)" : "";
   }
-  if (readAt<uint64_t>(Meta, 0) != L.AutogradMetaVTable) {
-    ++C.OtherMetaClass;
-    return "";
+  if (readAt<uint64_t>(Meta, 0) == L.ViewMetaVTable) {
+    auto *View = dynamic_cast<const torch::autograd::DifferentiableViewMeta *>(
+        static_cast<const c10::AutogradMetaInterface *>(I->autograd_meta()));
+    if (!View)
+      return "view meta vtable";
+    bool Engaged = readAt<uint8_t>(Meta, L.ViewEngaged) != 0;
+    if (Engaged != View->has_bw_view())
+      return "view backward_info engaged";
+    if (plainRequiresGrad(L, Meta)) {
+      ++C.ViewOwn;
+      return T.requires_grad() ? "" : "requires_grad (view)";
+    }
+    if (!Engaged)
+      return T.requires_grad() ? "requires_grad (view without base)" : "";
+    const void *Base = readAt<const void *>(Meta, L.ViewBase);
+    if (Base != View->get_backward_view().base_.unsafeGetTensorImpl())
+      return "view base";
+    const void *BaseMeta = readAt<const void *>(Base, L.AutogradMeta);
+    bool BaseRequires = false;
+    if (BaseMeta) {
+      if (readAt<uint64_t>(BaseMeta, 0) != L.AutogradMetaVTable)
+        return "view base meta class";
+      BaseRequires = plainRequiresGrad(L, BaseMeta);
+    }
+    ++(BaseRequires ? C.ViewBaseRequires : C.ViewBaseNot);
+    return BaseRequires == T.requires_grad() ? "" : "requires_grad (view base)";
   }
+  if (readAt<uint64_t>(Meta, 0) != L.AutogradMetaVTable)
+    return "autograd meta class";
   bool Field = readAt<uint8_t>(Meta, L.RequiresGrad) != 0;
   bool GradFn = readAt<const void *>(Meta, L.GradFn) != nullptr;
   if ((Field || GradFn) != T.requires_grad())
@@ -386,15 +465,18 @@ std::string verify(TensorLayout &L) {
   if (!Globals)
     return Why;
   PyObject *Leaf = PyDict_GetItemString(Globals, "leaf");
+  PyObject *View = PyDict_GetItemString(Globals, "view");
   PyObject *Probes = PyDict_GetItemString(Globals, "probes");
-  if (!Leaf || !Probes || !PyList_Check(Probes) || !THPVariable_Check(Leaf)) {
+  if (!Leaf || !View || !Probes || !PyList_Check(Probes) ||
+      !THPVariable_Check(Leaf) || !THPVariable_Check(View)) {
     Py_DECREF(Globals);
     return "the probes are missing";
   }
   Coverage C;
   try {
     takeOffsets(L, Leaf);
-    if (!takeAutogradOffsets(L, Leaf, Why)) {
+    if (!takeAutogradOffsets(L, Leaf, Why) ||
+        !takeViewOffsets(L, View, Why)) {
       Py_DECREF(Globals);
       return Why;
     }
@@ -419,8 +501,8 @@ std::string verify(TensorLayout &L) {
   if (!Why.empty())
     return Why;
   if (!C.NoMeta || !C.RequiresGradField || !C.GradFnOnly ||
-      !C.MetaNotRequiring || !C.OtherMetaClass || !C.HeapDims ||
-      !C.InlineDims)
+      !C.MetaNotRequiring || !C.HeapDims || !C.InlineDims || !C.ViewOwn ||
+      !C.ViewBaseRequires || !C.ViewBaseNot)
     return "the probes did not reach every case";
   return "";
 }

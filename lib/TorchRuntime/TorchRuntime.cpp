@@ -104,10 +104,11 @@ struct alignas(64) TensorPayload {
   uint8_t NDim;
   uint32_t DynamicSizes;
   uint32_t DynamicStrides;
-  /// TensorLayout::AutogradMetaVTable, for the inline check (lib/JIT): a
-  /// process address, so it lives in the bound payload and not in code that
-  /// the object cache may reuse in another process.
+  /// TensorLayout::AutogradMetaVTable and ViewMetaVTable, for the inline
+  /// check (lib/JIT): process addresses, so they live in the bound payload
+  /// and not in code that the object cache may reuse in another process.
   uint64_t AutogradMetaVTable;
+  uint64_t ViewMetaVTable;
   int64_t *dims() { return reinterpret_cast<int64_t *>(this + 1); }
   const int64_t *dims() const {
     return reinterpret_cast<const int64_t *>(this + 1);
@@ -118,6 +119,9 @@ static_assert(sizeof(TensorPayload) == 64 && alignof(TensorPayload) == 64,
 static_assert(offsetof(TensorPayload, AutogradMetaVTable) ==
                   TensorLayout::PayloadAutogradMetaVTable,
               "TensorLayout tells the JIT where the vtable is");
+static_assert(offsetof(TensorPayload, ViewMetaVTable) ==
+                  TensorLayout::PayloadViewMetaVTable,
+              "TensorLayout tells the JIT where the view vtable is");
 
 /// Dynamo compares SymInt != SymInt; for concrete sizes that is an integer
 /// compare, and the SymInt path is kept for symbolic ones.
@@ -217,7 +221,8 @@ void *prepareTensorMatch(const GuardSet &Set, const Guard &G,
                                     static_cast<uint8_t>(NDim),
                                     0,
                                     0,
-                                    verifiedTensorLayout().AutogradMetaVTable};
+                                    verifiedTensorLayout().AutogradMetaVTable,
+                                    verifiedTensorLayout().ViewMetaVTable};
   int64_t *D = P->dims();
   for (size_t I = 0; I < NDim; ++I) {
     D[2 * I] = Spec.Sizes[I].value_or(0);

@@ -6,8 +6,9 @@ torch's headers and checked on probe tensors at import (TensorLayout in
 TorchHooks.h); tensors outside the verified region (sparse, nested, symbolic
 sizes, Python wrapper subclasses, views with a DifferentiableViewMeta, ...)
 go to the helper. Here one real Dynamo unit guards tensors of every layout
-case (0-d, 5 dims inline, 6 dims on the heap, non-contiguous, requires_grad
-leaf, grad_fn, Parameter, subclass, meta, int dtype) and every native level
+case (0-d, 5 dims inline, 6 dims on the heap, non-contiguous views of a
+tensor and of a leaf requiring grad, requires_grad leaf, grad_fn, Parameter,
+subclass, meta, int dtype) and every native level
 must give Dynamo's answer on frame locals that change each tensor (dtype,
 shape, strides, requires_grad, Parameter vs Tensor, subclass, device, views,
 sparse / nested / symbolic tensors of the exact type) or mutate it in place
@@ -51,6 +52,7 @@ def recorded() -> dict:
         c=torch.zeros(1, 2, 1, 2, 1, 2),
         d=torch.zeros(2, 3, 4, 5, 6),
         e=torch.zeros(4, 6)[:, ::2],
+        v=_leaf(2, 3)[:, 1:],
         f=_leaf(3),
         g=_leaf(3) * 2,
         h=torch.zeros(3, dtype=torch.int64),
@@ -60,8 +62,8 @@ def recorded() -> dict:
     )
 
 
-def unit(a, b, c, d, e, f, g, h, p, q, m):
-    cpu = a.sum() + b + c.sum() + d.sum() + e.sum() + f.sum() + g.sum() + h.sum()
+def unit(a, b, c, d, e, v, f, g, h, p, q, m):
+    cpu = a.sum() + b + c.sum() + d.sum() + e.sum() + v.sum() + f.sum() + g.sum() + h.sum()
     return cpu + p.sum() + q.sum(), m * 2
 
 
@@ -100,6 +102,9 @@ def replacements(name: str, t: torch.Tensor) -> list:
         ("no requires_grad", lambda: torch.zeros(t.shape, dtype=t.dtype)),
         ("grad_fn", lambda: torch.zeros(t.shape, requires_grad=True) * 1),
         ("view of leaf", lambda: _leaf(*t.shape)[...]),
+        ("view of a base that then requires grad", _view_then_requires_grad(t)),
+        ("no_grad view of leaf", _no_grad_view(t)),
+        ("view of a view", lambda: torch.zeros(t.shape, dtype=t.dtype)[...][...]),
         ("view", lambda: torch.zeros(t.shape, dtype=t.dtype)[...]),
         ("detach", lambda: t.detach()),
         ("Parameter", lambda: torch.nn.Parameter(torch.zeros(t.shape))),
@@ -115,6 +120,23 @@ def replacements(name: str, t: torch.Tensor) -> list:
         ("not a tensor", lambda: 1.0),
     ]
     return out
+
+
+def _view_then_requires_grad(t):
+    def make():
+        base = torch.zeros(t.shape)
+        v = base[...]
+        base.requires_grad_(True)
+        return v
+    return make
+
+
+def _no_grad_view(t):
+    def make():
+        leaf = _leaf(*t.shape)
+        with torch.no_grad():
+            return leaf[...]
+    return make
 
 
 def _inference_like(t):
@@ -176,7 +198,7 @@ def compiled():
     units = [u for u in plugin.units() if u.bound is not None]
     assert units, [u.reason for u in plugin.units()]
     u = units[0]
-    assert u.ir.count_by_kind().get("TENSOR_MATCH", 0) >= 11, u.ir.count_by_kind()
+    assert u.ir.count_by_kind().get("TENSOR_MATCH", 0) >= 12, u.ir.count_by_kind()
     natives = {lvl: _core.compile(u.bound, lvl) for lvl in LEVELS}
     checks = {lvl: _core.make_guard(u.bound, c) for lvl, c in natives.items()}
     return u, natives, checks
@@ -255,7 +277,7 @@ def test_in_place_mutations_agree_with_dynamo(compiled):
 
 
 POISON_FIELDS = ("impl", "key_set", "dtype", "device", "policy", "sizes", "autograd_meta",
-                 "requires_grad", "grad_fn")
+                 "requires_grad", "grad_fn", "view_engaged", "view_base")
 
 
 def _run(code: str, field: str) -> str:

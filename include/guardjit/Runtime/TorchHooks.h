@@ -75,19 +75,26 @@ struct TensorLayout {
   int32_t SizesAndStrides = 0;
   int32_t InlineDims = 0;
   /// TensorImpl::autograd_meta_ (null: requires_grad() is false), the vtable
-  /// pointer of a plain torch::autograd::AutogradMeta (any other class, e.g.
-  /// DifferentiableViewMeta, goes to the helper) and its requires_grad_
-  /// (bool) and grad_fn_ (pointer) fields.
+  /// pointer of a plain torch::autograd::AutogradMeta and its requires_grad_
+  /// (bool) and grad_fn_ (pointer) fields. A DifferentiableViewMeta (vtable
+  /// ViewMetaVTable) adds `has_bw_view() && base_.requires_grad()`: its
+  /// backward_info_ engaged flag (uint8_t) and that ViewInfo's base_
+  /// (TensorImpl*) are at ViewEngaged and ViewBase in the meta. Any other
+  /// class goes to the helper.
   int32_t AutogradMeta = 0;
   uint64_t AutogradMetaVTable = 0;
   int32_t RequiresGrad = 0;
   int32_t GradFn = 0;
+  uint64_t ViewMetaVTable = 0;
+  int32_t ViewEngaged = 0;
+  int32_t ViewBase = 0;
   /// Raw dispatch keys that send the check to the helper (Python, sparse,
   /// nested, functorch, functionalization).
   uint64_t HelperKeys = 0;
-  /// Where TENSOR_MATCH's prepared payload holds AutogradMetaVTable (a
-  /// process address that compiled code must not embed).
+  /// Where TENSOR_MATCH's prepared payload holds AutogradMetaVTable and
+  /// ViewMetaVTable (process addresses that compiled code must not embed).
   static constexpr int32_t PayloadAutogradMetaVTable = 32;
+  static constexpr int32_t PayloadViewMetaVTable = 40;
   /// A TypeMeta index below this is the ScalarType of the same number.
   int32_t NumScalarTypes = 0;
   /// "verified", or the first mismatch (for stats and logs).

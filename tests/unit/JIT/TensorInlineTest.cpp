@@ -29,14 +29,20 @@ using namespace guardjit::test;
 namespace {
 
 constexpr uint64_t PlainVTable = 0x1234;
+constexpr uint64_t ViewVTable = 0x5678;
 constexpr uint64_t HelperKey = uint64_t(1) << 40;
 constexpr uint64_t IncludedKey = uint64_t(1) << 3;
 constexpr uint64_t ExcludedKey = uint64_t(1) << 5;
 
+struct FakeImpl;
+
+/// A plain meta, or a view meta (ViewVTable) with its backward view.
 struct FakeMeta {
   uint64_t VTable = PlainVTable;
   void *GradFn = nullptr;
   uint8_t RequiresGrad = 0;
+  uint8_t Engaged = 0;
+  FakeImpl *Base = nullptr;
 };
 
 struct FakeImpl {
@@ -102,6 +108,9 @@ TensorLayout fakeLayout() {
   L.AutogradMetaVTable = PlainVTable;
   L.RequiresGrad = offsetof(FakeMeta, RequiresGrad);
   L.GradFn = offsetof(FakeMeta, GradFn);
+  L.ViewMetaVTable = ViewVTable;
+  L.ViewEngaged = offsetof(FakeMeta, Engaged);
+  L.ViewBase = offsetof(FakeMeta, Base);
   L.HelperKeys = HelperKey;
   L.NumScalarTypes = 40;
   L.Status = "verified";
@@ -116,9 +125,12 @@ struct alignas(64) FakePayload {
   PyTypeObject *Type;
   uint64_t Unused[2];
   uint64_t VTable;
+  uint64_t ViewVTable;
 };
 static_assert(offsetof(FakePayload, VTable) ==
               TensorLayout::PayloadAutogradMetaVTable);
+static_assert(offsetof(FakePayload, ViewVTable) ==
+              TensorLayout::PayloadViewMetaVTable);
 
 int HelperCalls = 0;
 
@@ -138,10 +150,18 @@ int fakeTensorMatch(PyObject *V, const void *Payload, const LocalState *S) {
     return 0;
   const FakeImpl &I = *reinterpret_cast<FakeTensorObject *>(V)->Impl;
   const TensorSpec &Spec = *P.Spec;
-  bool RequiresGrad =
-      I.Meta && (I.Meta->VTable == PlainVTable
-                     ? I.Meta->RequiresGrad || I.Meta->GradFn
-                     : true); // another meta class: a view of a leaf
+  // Another meta class (neither plain nor view) answers "requires grad";
+  // so does a view whose base has one.
+  auto Plain = [](const FakeMeta *M) {
+    return M->VTable == PlainVTable ? M->RequiresGrad || M->GradFn : true;
+  };
+  bool RequiresGrad = false;
+  if (I.Meta && I.Meta->VTable == ViewVTable)
+    RequiresGrad = I.Meta->RequiresGrad || I.Meta->GradFn ||
+                   (I.Meta->Engaged && I.Meta->Base->Meta &&
+                    Plain(I.Meta->Base->Meta));
+  else if (I.Meta)
+    RequiresGrad = Plain(I.Meta);
   if (((I.Keys | S->Included) & ~S->Excluded) != Spec.DispatchKeys ||
       I.DType != uint16_t(Spec.DType) || I.DeviceIndex != Spec.DeviceIndex ||
       RequiresGrad != Spec.RequiresGrad)
@@ -163,7 +183,7 @@ void *fakePrepare(const GuardSet &Set, const Guard &G, PyObject *const *Objects,
   const TensorSpec &Spec = Set.tensorSpec(G.Tensor);
   return new FakePayload{
       &Spec, reinterpret_cast<PyTypeObject *>(Objects[Spec.PyType]), {0, 0},
-      PlainVTable};
+      PlainVTable, ViewVTable};
 }
 void fakeRelease(const Guard &, void *P) {
   delete static_cast<FakePayload *>(P);
@@ -277,10 +297,66 @@ TEST_P(TensorInlineTest, AgreesWithTheHelperAndCallsItOutsideTheRegion) {
          I.Meta = &M;
          M.GradFn = &M;
        }},
-      {"view meta", true,
+      {"other meta class", true,
        [](I_ &I, M_ &M) {
          I.Meta = &M;
          M.VTable = 0x99;
+       }},
+      {"view, own requires_grad_", false,
+       [](I_ &I, M_ &M) {
+         I.Meta = &M;
+         M.VTable = ViewVTable;
+         M.RequiresGrad = 1;
+       }},
+      {"view, no backward view", false,
+       [](I_ &I, M_ &M) {
+         I.Meta = &M;
+         M.VTable = ViewVTable;
+         M.RequiresGrad = 0;
+       }},
+      {"view of a base without meta", false,
+       [](I_ &I, M_ &M) {
+         static FakeImpl Base;
+         I.Meta = &M;
+         M.VTable = ViewVTable;
+         M.RequiresGrad = 0; // b's meta starts requiring grad
+         M.Engaged = 1;
+         M.Base = &Base;
+       }},
+      {"view of a base requiring grad", false,
+       [](I_ &I, M_ &M) {
+         static FakeImpl Base;
+         static FakeMeta BaseMeta;
+         BaseMeta.RequiresGrad = 1;
+         Base.Meta = &BaseMeta;
+         I.Meta = &M;
+         M.VTable = ViewVTable;
+         M.RequiresGrad = 0; // b's meta starts requiring grad
+         M.Engaged = 1;
+         M.Base = &Base;
+       }},
+      {"view of a base not requiring grad", false,
+       [](I_ &I, M_ &M) {
+         static FakeImpl Base;
+         static FakeMeta BaseMeta;
+         Base.Meta = &BaseMeta;
+         I.Meta = &M;
+         M.VTable = ViewVTable;
+         M.RequiresGrad = 0; // b's meta starts requiring grad
+         M.Engaged = 1;
+         M.Base = &Base;
+       }},
+      {"view of a base with another meta class", true,
+       [](I_ &I, M_ &M) {
+         static FakeImpl Base;
+         static FakeMeta BaseMeta;
+         BaseMeta.VTable = 0x99;
+         Base.Meta = &BaseMeta;
+         I.Meta = &M;
+         M.VTable = ViewVTable;
+         M.RequiresGrad = 0; // b's meta starts requiring grad
+         M.Engaged = 1;
+         M.Base = &Base;
        }},
       {"custom sizes", true, [](I_ &I, M_ &) { I.Policy = 0x08; }},
       {"custom sizes, sizes differ", true,
