@@ -12,7 +12,8 @@
 // TorchHooks::tensorMatch (dense, default sizes/strides/device/layout
 // policy, no Python/sparse/nested/functorch key, a device, no autograd meta,
 // a plain AutogradMeta or a DifferentiableViewMeta over such a base); any
-// other tensor calls the helper, which stays the reference. The expected values are constants from the TensorSpec.
+// other tensor calls the helper, which stays the reference. The expected
+// values are constants from the TensorSpec.
 //
 //===----------------------------------------------------------------------===//
 #include "Lowerer.h"
@@ -125,14 +126,15 @@ llvm::Value *Lowerer::emitInlineTensorMatch(size_t Index,
   B.SetInsertPoint(Meta);
   llvm::Value *VTable = loadAt(B, I64, AgMeta, 0, P + ".vtable");
   llvm::Value *Pay = payload(Index);
+  auto PlainVTable = [&] {
+    return loadAt(B, I64, Pay, TensorLayout::PayloadAutogradMetaVTable,
+                  P + ".plain_vtable");
+  };
   BasicBlock *Plain = Block(".requires_grad"), *IsView = Block(".view_meta"),
              *View = Block(".view"), *Base = Block(".view_base"),
              *BaseMetaBB = Block(".base_meta"), *BasePlain = Block(".base_rg");
   B.CreateCondBr(
-      B.CreateICmpEQ(VTable,
-                     loadAt(B, I64, Pay, TensorLayout::PayloadAutogradMetaVTable,
-                            P + ".plain_vtable")),
-      Plain, IsView, Likely);
+      B.CreateICmpEQ(VTable, PlainVTable()), Plain, IsView, Likely);
   B.SetInsertPoint(Plain);
   llvm::Value *Rg = PlainRequiresGrad(AgMeta, P);
   B.CreateBr(Fields);
@@ -155,10 +157,7 @@ llvm::Value *Lowerer::emitInlineTensorMatch(size_t Index,
   B.SetInsertPoint(BaseMetaBB);
   llvm::Value *BaseVTable = loadAt(B, I64, BaseMeta, 0, P + ".base_vtable");
   B.CreateCondBr(
-      B.CreateICmpEQ(BaseVTable,
-                     loadAt(B, I64, Pay, TensorLayout::PayloadAutogradMetaVTable,
-                            P + ".plain_vtable")),
-      BasePlain, Slow);
+      B.CreateICmpEQ(BaseVTable, PlainVTable()), BasePlain, Slow);
   B.SetInsertPoint(BasePlain);
   llvm::Value *BaseRg = PlainRequiresGrad(BaseMeta, P + ".base");
   B.CreateBr(Fields);

@@ -204,8 +204,9 @@ bool takeViewOffsets(TensorLayout &L, PyObject *View, std::string &Why) {
   }
   std::memcpy(&L.ViewMetaVTable, Meta, sizeof(uint64_t));
   const std::optional<ViewInfo> &Info = Meta->*get(BackwardInfoField());
-  int32_t InfoOffset = offsetIn(
-      static_cast<const DifferentiableViewMeta *>(Meta), get(BackwardInfoField()));
+  int32_t InfoOffset =
+      offsetIn(static_cast<const DifferentiableViewMeta *>(Meta),
+               get(BackwardInfoField()));
   // libstdc++'s std::optional<T>: the T's storage, then the engaged bool.
   L.ViewEngaged = InfoOffset + static_cast<int32_t>(sizeof(ViewInfo));
   L.ViewBase = InfoOffset +
