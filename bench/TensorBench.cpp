@@ -1,6 +1,7 @@
 //===- TensorBench.cpp - Cases that need torch objects --------------------===//
 //
-// TENSOR_MATCH on N distinct tensors (plain and nn.Parameter), and
+// TENSOR_MATCH on N distinct tensors (plain, nn.Parameter, requiring grad,
+// with a grad_fn, a view), and
 // NO_HASATTR on N torch.nn.Module instances (the transformers models' case:
 // nn.Module.__getattr__ runs as Python and raises).
 //
@@ -115,6 +116,15 @@ void registerTensorBenchmarks() {
   tensorMatch("TENSOR_MATCH.tensor", "torch.zeros(4, 8)");
   tensorMatch("TENSOR_MATCH.parameter",
               "torch.nn.Parameter(torch.zeros(4, 8))");
+  // The other autograd and layout cases of the inline check (LowerTensors):
+  // a leaf requiring grad (a plain AutogradMeta), a non-leaf (grad_fn_
+  // only) and a transposed view (a view's DifferentiableViewMeta goes to the
+  // helper).
+  tensorMatch("TENSOR_MATCH.requires_grad",
+              "torch.zeros(4, 8, requires_grad=True)");
+  tensorMatch("TENSOR_MATCH.grad_fn",
+              "torch.zeros(4, 8, requires_grad=True) * 2");
+  tensorMatch("TENSOR_MATCH.view", "torch.zeros(8, 4).t()");
   moduleNoHasAttr();
 }
 

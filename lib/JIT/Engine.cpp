@@ -498,7 +498,7 @@ GuardJIT::compile(const BoundGuardSet &Set) {
   // 0. The object cache: a hit skips lowering, IR passes and codegen.
   ObjectCacheKey Key{};
   if (Cache) {
-    Key = Cache->key(Set.set(), Fingerprint);
+    Key = Cache->key(Set.set(), Fingerprint + tensorLayoutKey());
     if (std::optional<ObjectCache::Entry> Hit = Cache->lookup(Key)) {
       auto LinkStart = Clock::now();
       Error E = link(*Result, Set, std::move(Hit->Object), Hit->Table);

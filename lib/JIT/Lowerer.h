@@ -37,6 +37,8 @@
 
 namespace guardjit {
 
+struct TensorLayout;
+
 class Lowerer {
 public:
   /// `BS` null lowers `S` with symbolic addresses (lowerGuardSetSymbolic);
@@ -197,6 +199,10 @@ private:
   /// LowerTensors.cpp.
   static bool isTensorGuard(GuardKind K);
   llvm::Value *emitTensorGuard(size_t Index, LoweringStats &Stats);
+  /// TENSOR_MATCH reading the TensorImpl through `L` (verified), with the
+  /// helper for tensors outside the layout's verified region.
+  llvm::Value *emitInlineTensorMatch(size_t Index, const TensorLayout &L,
+                                     LoweringStats &Stats);
   /// LowerRelational.cpp: guards over several values.
   static bool isRelationalGuard(GuardKind K);
   llvm::Value *emitRelationalGuard(size_t Index, LoweringStats &Stats);

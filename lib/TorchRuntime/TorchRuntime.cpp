@@ -30,10 +30,12 @@
 #include <torch/csrc/PyInterpreter.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include "TensorLayout.h"
 #include "guardjit/IR/GuardSet.h"
 #include "guardjit/Runtime/TorchHooks.h"
 
 #include <array>
+#include <cstddef>
 #include <new>
 #include <optional>
 #include <string>
@@ -102,6 +104,11 @@ struct alignas(64) TensorPayload {
   uint8_t NDim;
   uint32_t DynamicSizes;
   uint32_t DynamicStrides;
+  /// TensorLayout::AutogradMetaVTable and ViewMetaVTable, for the inline
+  /// check (lib/JIT): process addresses, so they live in the bound payload
+  /// and not in code that the object cache may reuse in another process.
+  uint64_t AutogradMetaVTable;
+  uint64_t ViewMetaVTable;
   int64_t *dims() { return reinterpret_cast<int64_t *>(this + 1); }
   const int64_t *dims() const {
     return reinterpret_cast<const int64_t *>(this + 1);
@@ -109,6 +116,12 @@ struct alignas(64) TensorPayload {
 };
 static_assert(sizeof(TensorPayload) == 64 && alignof(TensorPayload) == 64,
               "the header is one line; dims follow it");
+static_assert(offsetof(TensorPayload, AutogradMetaVTable) ==
+                  TensorLayout::PayloadAutogradMetaVTable,
+              "TensorLayout tells the JIT where the vtable is");
+static_assert(offsetof(TensorPayload, ViewMetaVTable) ==
+                  TensorLayout::PayloadViewMetaVTable,
+              "TensorLayout tells the JIT where the view vtable is");
 
 /// Dynamo compares SymInt != SymInt; for concrete sizes that is an integer
 /// compare, and the SymInt path is kept for symbolic ones.
@@ -207,7 +220,9 @@ void *prepareTensorMatch(const GuardSet &Set, const Guard &G,
                                     Spec.RequiresGrad,
                                     static_cast<uint8_t>(NDim),
                                     0,
-                                    0};
+                                    0,
+                                    verifiedTensorLayout().AutogradMetaVTable,
+                                    verifiedTensorLayout().ViewMetaVTable};
   int64_t *D = P->dims();
   for (size_t I = 0; I < NDim; ++I) {
     D[2 * I] = Spec.Sizes[I].value_or(0);
@@ -746,12 +761,12 @@ int cowTensorMatch(PyObject *Value, int Expected) {
   }
 }
 
-const TorchHooks AtenHooks = {readLocalState,   tensorMatch,
-                              globalState,      torchFunctionModeStack,
-                              prepare,          release,
-                              tensorGrad,       storageOverlapping,
-                              tensorProperty,   savedTensorsHooks,
-                              cowTensorMatch};
+TorchHooks AtenHooks = {readLocalState,   tensorMatch,
+                        globalState,      torchFunctionModeStack,
+                        prepare,          release,
+                        tensorGrad,       storageOverlapping,
+                        tensorProperty,   savedTensorsHooks,
+                        cowTensorMatch,   nullptr};
 
 } // namespace
 
@@ -761,4 +776,13 @@ void guardjit::setInModeWithoutIgnoreCompileInternals(bool InMode) {
 
 bool guardjit::masksPythonKeys() { return shouldMaskPythonKeys(); }
 
-void guardjit::installTorchRuntime() { setTorchHooks(&AtenHooks); }
+void guardjit::installTorchRuntime() {
+  // The layout is checked (once) before the table is published, so a JIT
+  // thread that reads the table sees the verdict.
+  AtenHooks.tensorLayout = &verifiedTensorLayout();
+  setTorchHooks(&AtenHooks);
+}
+
+const char *guardjit::tensorLayoutStatus() {
+  return verifiedTensorLayout().Status;
+}

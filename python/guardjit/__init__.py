@@ -97,7 +97,9 @@ def stats() -> dict[str, Any]:
     """Process-wide statistics over every compile unit guardjit has seen.
 
     Keys: ``torch`` (the running torch's ``__version__``, which guardjit's
-    ``_core`` was built against); ``units_seen``; ``units_native`` (checked by LLVM-compiled code),
+    ``_core`` was built against); ``tensor_match_inline`` ("verified" when
+    native code reads TENSOR_MATCH's tensor fields inline, else the offset
+    that disagreed with torch at import: the helper is called); ``units_seen``; ``units_native`` (checked by LLVM-compiled code),
     ``units_interpreter`` (checked by the interpreter, GUARDJIT_MODE=interpreter)
     and ``units_dynamo`` (left on Dynamo's own tree); ``guards_total`` (Dynamo's
     leaf guards in those units), ``guards_native`` (checked without calling

@@ -695,6 +695,9 @@ def stats() -> dict[str, Any]:
     return {
         # the torch release this process runs (and _core was built for)
         "torch": torch.__version__,
+        # "verified" when native code reads TENSOR_MATCH's TensorImpl fields
+        # inline, else why it calls the helper (TensorLayout in TorchHooks.h)
+        "tensor_match_inline": _core.tensor_layout_status(),
         "units_seen": seen,
         "units_native": c.get("units_native", 0),
         "units_interpreter": c.get("units_interpreter", 0),

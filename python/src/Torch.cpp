@@ -28,4 +28,8 @@ void guardjit::python::populateTorch(py::module_ &M) {
         "state).");
   M.def("masks_python_keys", &masksPythonKeys,
         "Whether TENSOR_MATCH on this thread masks the Python dispatch keys.");
+  M.def("tensor_layout_status", &tensorLayoutStatus,
+        "'verified' when native code reads TENSOR_MATCH's TensorImpl fields "
+        "inline; else the first offset that disagreed with torch on a probe "
+        "tensor (TENSOR_MATCH then calls the helper).");
 }

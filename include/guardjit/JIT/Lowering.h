@@ -34,6 +34,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace llvm {
@@ -183,6 +184,11 @@ llvm::ArrayRef<RuntimeSymbol> runtimeSymbols();
 /// (`_Py_NoneStruct`, `PyDict_Type`, ...), with their addresses in this
 /// process. The engine defines them as absolute data symbols.
 llvm::ArrayRef<RuntimeSymbol> cpythonStatics();
+
+/// What lowering takes from the installed TorchHooks' TensorLayout (whether
+/// TENSOR_MATCH is read inline, and at which offsets), for the object cache
+/// key: code lowered under one layout is not reused under another.
+std::string tensorLayoutKey();
 
 } // namespace guardjit
 

@@ -39,6 +39,68 @@ using PrepareFn = void *(*)(const GuardSet &Set, const Guard &G,
                             PyObject *const *Objects, std::string *Error);
 using ReleaseFn = void (*)(const Guard &G, void *Payload);
 
+/// Where generated code finds the fields TENSOR_MATCH compares, so lib/JIT
+/// can read them inline instead of calling TorchHooks::tensorMatch. The
+/// Runtime and JIT layers have no torch headers: lib/TorchRuntime takes each
+/// offset from torch's headers (member pointers, lib/TorchRuntime/
+/// TensorLayout.cpp) and checks it at install time against torch's own
+/// accessors on real tensors. The JIT inlines only when `Verified` is 1 and
+/// sends every tensor outside the verified region (any bit of HelperKeys or
+/// PolicyMask set, no device, an autograd meta of another class) to the
+/// helper, which stays the reference. All offsets are in bytes.
+struct TensorLayout {
+  /// 1 iff every offset below agreed with torch on every probe tensor.
+  int Verified = 0;
+  /// THPVariable -> its TensorImpl* (THPVariable::cdata's intrusive_ptr).
+  int32_t Impl = 0;
+  /// TensorImpl fields: key_set_ (uint64_t raw DispatchKeySet), data_type_
+  /// (uint16_t TypeMeta index, equal to the ScalarType below
+  /// NumScalarTypes), device_opt_'s Device index (int8_t) and its
+  /// std::optional engaged flag (uint8_t 1).
+  int32_t KeySet = 0;
+  int32_t DType = 0;
+  int32_t DeviceIndex = 0;
+  int32_t DeviceEngaged = 0;
+  /// The byte of TensorImpl's bit-fields holding sizes_strides_policy_,
+  /// has_symbolic_sizes_strides_ and device_policy_; the inline path
+  /// requires (byte & PolicyMask) == 0 (default sizes, strides and device).
+  /// LayoutPolicy / LayoutPolicyMask: layout_policy_ likewise.
+  int32_t Policy = 0;
+  uint8_t PolicyMask = 0;
+  int32_t LayoutPolicy = 0;
+  uint8_t LayoutPolicyMask = 0;
+  /// TensorImpl::sizes_and_strides_: its size_ (uint64_t), then its storage:
+  /// up to InlineDims dims, sizes at +8 and strides at +8 + 8 * InlineDims;
+  /// beyond, a heap pointer at +8 to sizes then strides.
+  int32_t SizesAndStrides = 0;
+  int32_t InlineDims = 0;
+  /// TensorImpl::autograd_meta_ (null: requires_grad() is false), the vtable
+  /// pointer of a plain torch::autograd::AutogradMeta and its requires_grad_
+  /// (bool) and grad_fn_ (pointer) fields. A DifferentiableViewMeta (vtable
+  /// ViewMetaVTable) adds `has_bw_view() && base_.requires_grad()`: its
+  /// backward_info_ engaged flag (uint8_t) and that ViewInfo's base_
+  /// (TensorImpl*) are at ViewEngaged and ViewBase in the meta. Any other
+  /// class goes to the helper.
+  int32_t AutogradMeta = 0;
+  uint64_t AutogradMetaVTable = 0;
+  int32_t RequiresGrad = 0;
+  int32_t GradFn = 0;
+  uint64_t ViewMetaVTable = 0;
+  int32_t ViewEngaged = 0;
+  int32_t ViewBase = 0;
+  /// Raw dispatch keys that send the check to the helper (Python, sparse,
+  /// nested, functorch, functionalization).
+  uint64_t HelperKeys = 0;
+  /// Where TENSOR_MATCH's prepared payload holds AutogradMetaVTable and
+  /// ViewMetaVTable (process addresses that compiled code must not embed).
+  static constexpr int32_t PayloadAutogradMetaVTable = 32;
+  static constexpr int32_t PayloadViewMetaVTable = 40;
+  /// A TypeMeta index below this is the ScalarType of the same number.
+  int32_t NumScalarTypes = 0;
+  /// "verified", or the first mismatch (for stats and logs).
+  const char *Status = "not checked";
+};
+
 struct TorchHooks {
   /// Fills *State from c10::impl::tls_local_dispatch_key_set().
   void (*readLocalState)(LocalState *State);
@@ -83,6 +145,9 @@ struct TorchHooks {
   /// `__class__`); returns 0 with any error cleared where torch's lambda
   /// raises. May be null (the guard fails).
   int (*cowTensorMatch)(PyObject *Value, int Expected);
+  /// The TensorImpl layout for inline TENSOR_MATCH (lib/JIT). May be null
+  /// (the JIT then calls tensorMatch); read only when Verified is 1.
+  const TensorLayout *tensorLayout;
 };
 
 /// Installs the table (not owned; must outlive every bound guard set).

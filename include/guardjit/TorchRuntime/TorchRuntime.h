@@ -35,6 +35,11 @@ namespace guardjit {
 /// `import torch` (the torch libraries must be loaded). Idempotent.
 void installTorchRuntime();
 
+/// "verified" when the JIT may read TENSOR_MATCH's TensorImpl fields inline,
+/// else the first field whose offset disagreed with torch on a probe tensor
+/// (TENSOR_MATCH then calls the helper). Call after installTorchRuntime().
+const char *tensorLayoutStatus();
+
 /// Mirrors torch's thread-local set by
 /// torch._C._dynamo.guards.set_is_in_mode_without_ignore_compile_internals
 /// (not exported by libtorch_python) for the calling thread. While it is
