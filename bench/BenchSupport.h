@@ -109,6 +109,8 @@ struct CorpusSet {
 std::vector<CorpusSet> corpusSets();
 /// CompileBench.cpp: compile latency of the corpus and synthetic sets.
 void registerCompileBenchmarks();
+/// ChunkBench.cpp: the check split into chunks against one function.
+void registerChunkBenchmarks();
 
 } // namespace guardjit::bench
 

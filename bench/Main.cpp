@@ -24,6 +24,7 @@ int main(int argc, char **argv) {
   guardjit::bench::registerTensorBenchmarks();
   guardjit::bench::registerObjectCacheBenchmarks();
   guardjit::bench::registerCompileBenchmarks();
+  guardjit::bench::registerChunkBenchmarks();
   guardjit::bench::registerEvictionBenchmarks();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -83,6 +83,8 @@ CodeGenOptLevel codeGenLevel(OptLevel L) {
   return CodeGenOptLevel::None;
 }
 
+constexpr uint32_t DefaultChunkSteps = 64;
+
 const char *levelName(OptLevel L) {
   switch (L) {
   case OptLevel::O0:
@@ -95,6 +97,19 @@ const char *levelName(OptLevel L) {
     return "O2(default<O2>;codegen=Default)";
   }
   return "?";
+}
+
+/// Steps (value reads and guards) per chunk function at `L`
+/// (LoweringOptions::ChunkSteps), unless JITOptions::ChunkSteps says.
+/// O1's code generation is super-linear in a function's size (greedy
+/// register allocation, machine CSE, the execution-domain fix: 124 ms per
+/// 100 guards at 1,000 guards against 38 at 100); O0's is linear, and its
+/// latency is the first tier's. Measured: docs/performance.md, "Compile
+/// latency and the two tiers".
+uint32_t chunkSteps(const JITOptions &O) {
+  if (O.ChunkSteps >= 0)
+    return static_cast<uint32_t>(O.ChunkSteps);
+  return O.Level == OptLevel::O1 ? DefaultChunkSteps : 0;
 }
 
 /// The function's name inside every relocatable object: each set has its
@@ -307,9 +322,13 @@ Expected<std::unique_ptr<GuardJIT>> GuardJIT::create(JITOptions Opts) {
   Engine->Binder = Binder.get();
   Linker->addPlugin(std::move(Binder));
 
+  // The chunk size shapes the code: part of the key.
   Engine->Fingerprint = engineFingerprint(
       Engine->TM->getTargetTriple().str(), Engine->TM->getTargetCPU(),
-      Engine->TM->getTargetFeatureString(), levelName(Opts.Level),
+      Engine->TM->getTargetFeatureString(),
+      formatv("{0};chunk-steps={1}", levelName(Opts.Level),
+              chunkSteps(Opts))
+          .str(),
       Opts.HostVersions);
   if (!Opts.CacheDir.empty())
     Engine->Cache = ObjectCache::open(Opts.CacheDir, &Engine->CacheStatus);
@@ -421,6 +440,7 @@ Expected<GuardJIT::Lowered> GuardJIT::lower(const GuardSet &S,
   LoweringOptions LO;
   LO.Compact = compactLowering(Opts.Level);
   LO.CallMemo = Opts.Level == OptLevel::O0;
+  LO.ChunkSteps = chunkSteps(Opts);
   StringRef Name = KeepNames ? StringRef(L.Symbol) : StringRef(CheckName);
   auto F = !Bound  ? lowerGuardSetSymbolic(S, *L.M, L.Symbol, &L.Stats, LO)
            : Cache ? lowerGuardSetRelocatable(S, *L.M, Name, L.Table, &L.Stats,
