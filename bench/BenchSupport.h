@@ -109,6 +109,9 @@ struct CorpusSet {
 std::vector<CorpusSet> corpusSets();
 /// CompileBench.cpp: compile latency of the corpus and synthetic sets.
 void registerCompileBenchmarks();
+/// JITOptions::ChunkSteps for the compile and chunk benchmarks: the
+/// GUARDJIT_BENCH_CHUNK_STEPS environment variable, else -1 (the level's).
+int benchChunkSteps();
 /// ChunkBench.cpp: the check split into chunks against one function.
 void registerChunkBenchmarks();
 

@@ -7,7 +7,8 @@
 // a torch.nn.ModuleList of `layers` small modules (per layer: the module by
 // its key in `_modules`, its type, `training`, a float attribute, its
 // Linear's type and `training`, weight and bias by identity: 7 guards and
-// 10 dict reads), so all guards pass and the whole check runs. One
+// 10 dict reads), so all guards pass and the whole check runs.
+// GUARDJIT_BENCH_CHUNK_STEPS sets the split side's chunk size (else O1's). One
 // iteration of the benchmark runs every round; counters:
 //
 //   guards            guards in the set
@@ -129,7 +130,7 @@ double median(std::vector<double> V) {
 
 void runChunks(benchmark::State &St, size_t Layers) {
   static std::unique_ptr<GuardJIT> One = engineWithChunks(0);
-  static std::unique_ptr<GuardJIT> Split = engineWithChunks(-1);
+  static std::unique_ptr<GuardJIT> Split = engineWithChunks(benchChunkSteps());
   PyObject *Locals = nullptr;
   std::shared_ptr<GuardSet> S = moduleListSet(Layers, &Locals);
   std::string Error;
@@ -149,8 +150,8 @@ void runChunks(benchmark::State &St, size_t Layers) {
   double OneMs = 0, SplitMs = 0;
   std::unique_ptr<CompiledCheck> A = Compile(*One, OneMs);
   std::unique_ptr<CompiledCheck> B = Compile(*Split, SplitMs);
-  // Enough calls per round for ~2 ms of work per side.
-  int Calls = std::max(20, static_cast<int>(2e6 / (30.0 * S->guards().size())));
+  // Enough calls per round for ~5 ms of work per side.
+  int Calls = std::max(20, static_cast<int>(5e6 / (3.0 * S->guards().size())));
   constexpr int Rounds = 41, Warmup = 5;
   std::vector<double> As, Bs, Ratios;
   for (auto _ : St) {

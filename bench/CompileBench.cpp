@@ -259,7 +259,10 @@ GuardJIT &engineAt(OptLevel L) {
   static std::unique_ptr<GuardJIT> Engines[4];
   auto &E = Engines[static_cast<int>(L)];
   if (!E) {
-    auto J = GuardJIT::create({L, /*VerifyIR=*/false});
+    JITOptions O;
+    O.Level = L;
+    O.ChunkSteps = benchChunkSteps();
+    auto J = GuardJIT::create(O);
     if (!J)
       fail("cannot create the JIT: " + llvm::toString(J.takeError()));
     E = std::move(*J);
@@ -369,6 +372,11 @@ void addCase(const std::string &Name, std::shared_ptr<GuardSet> Set) {
 }
 
 } // namespace
+
+int benchChunkSteps() {
+  const char *E = std::getenv("GUARDJIT_BENCH_CHUNK_STEPS");
+  return E && *E ? std::atoi(E) : -1;
+}
 
 void registerCompileBenchmarks() {
   std::string Dir = GUARDJIT_CORPUS_DIR;
