@@ -8,7 +8,8 @@
 // its key in `_modules`, its type, `training`, a float attribute, its
 // Linear's type and `training`, weight and bias by identity: 7 guards and
 // 10 dict reads), so all guards pass and the whole check runs.
-// GUARDJIT_BENCH_CHUNK_STEPS sets the split side's chunk size (else O1's). One
+// GUARDJIT_BENCH_CHUNK_STEPS sets the split side's chunk size (else O1's),
+// GUARDJIT_BENCH_SPLIT_LLVM_ARGS LLVM options for its compile only. One
 // iteration of the benchmark runs every round; counters:
 //
 //   guards            guards in the set
@@ -149,10 +150,15 @@ void runChunks(benchmark::State &St, size_t Layers) {
   };
   double OneMs = 0, SplitMs = 0;
   std::unique_ptr<CompiledCheck> A = Compile(*One, OneMs);
+  // GUARDJIT_BENCH_SPLIT_LLVM_ARGS: LLVM options set after the one-function
+  // side compiled, before the split side does (to price code-generation
+  // passes in check time; they stay set, so filter one case per process).
+  if (const char *Args = std::getenv("GUARDJIT_BENCH_SPLIT_LLVM_ARGS"))
+    parseLLVMArgs(Args);
   std::unique_ptr<CompiledCheck> B = Compile(*Split, SplitMs);
   // Enough calls per round for ~5 ms of work per side.
   int Calls = std::max(20, static_cast<int>(5e6 / (3.0 * S->guards().size())));
-  constexpr int Rounds = 41, Warmup = 5;
+  constexpr int Rounds = 61, Warmup = 5;
   std::vector<double> As, Bs, Ratios;
   for (auto _ : St) {
     for (int R = 0; R < Rounds; ++R) {
