@@ -98,8 +98,8 @@ std::shared_ptr<GuardSet> moduleListSet(size_t Layers, PyObject **Locals) {
     PyObject *LinObj = PyObject_GetAttrString(Layer, "lin");
     for (const char *P : {"weight", "bias"}) {
       PyObject *Param = PyObject_GetAttrString(LinObj, P);
-      SB.guard(GuardKind::IdMatch, {SB.keyed(AccessorKind::DictGetItem,
-                                             Params, P)},
+      SB.guard(GuardKind::IdMatch,
+               {SB.keyed(AccessorKind::DictGetItem, Params, P)},
                SB.object(Param));
       Py_DECREF(Param);
     }

@@ -1,6 +1,7 @@
 //===- Lowerer.h - State shared by the lowering files ----------*- C++ -*-===//
 //
-// Private to lib/JIT. One Lowerer lowers one guard set to one function; its
+// Private to lib/JIT. One Lowerer lowers one guard set to one function (or
+// an entry calling chunk functions, LoweringOptions::ChunkSteps); its
 // code is split by concern:
 //
 //   Lowering.cpp         the driver: validation, scheduling, the frame, the
