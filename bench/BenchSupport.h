@@ -109,6 +109,14 @@ struct CorpusSet {
 std::vector<CorpusSet> corpusSets();
 /// CompileBench.cpp: compile latency of the corpus and synthetic sets.
 void registerCompileBenchmarks();
+/// JITOptions::ChunkSteps for the compile and chunk benchmarks: the
+/// GUARDJIT_BENCH_CHUNK_STEPS environment variable, else -1 (the level's).
+int benchChunkSteps();
+/// Sets LLVM options from the words of `Args` (Main.cpp; the bench binary
+/// only: the library never sets an LLVM option). False on a bad option.
+bool parseLLVMArgs(const char *Args);
+/// ChunkBench.cpp: the check split into chunks against one function.
+void registerChunkBenchmarks();
 
 } // namespace guardjit::bench
 

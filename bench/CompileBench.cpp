@@ -29,8 +29,11 @@
 #include "guardjit/IR/Parser.h"
 
 #include "benchmark/benchmark.h"
+#include "llvm/IR/PassTimingInfo.h"
+#include "llvm/Pass.h"
 #include "llvm/Support/Error.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -256,7 +259,10 @@ GuardJIT &engineAt(OptLevel L) {
   static std::unique_ptr<GuardJIT> Engines[4];
   auto &E = Engines[static_cast<int>(L)];
   if (!E) {
-    auto J = GuardJIT::create({L, /*VerifyIR=*/false});
+    JITOptions O;
+    O.Level = L;
+    O.ChunkSteps = benchChunkSteps();
+    auto J = GuardJIT::create(O);
     if (!J)
       fail("cannot create the JIT: " + llvm::toString(J.takeError()));
     E = std::move(*J);
@@ -273,8 +279,24 @@ double threadCpuMs() {
   return T.tv_sec * 1e3 + T.tv_nsec * 1e-6;
 }
 
+/// GUARDJIT_BENCH_TIME_PASSES=1: LLVM's per-pass timers (code generation's
+/// legacy pass manager) around each case, printed to stderr after it. For
+/// finding where a level's compile time goes; the timers add overhead, so
+/// the counters of such a run are not the latency.
+bool timePasses() {
+  static const bool On = [] {
+    const char *E = std::getenv("GUARDJIT_BENCH_TIME_PASSES");
+    return E && *E && std::string(E) != "0";
+  }();
+  return On;
+}
+
 void runCompile(benchmark::State &St, const CompileCase *C, OptLevel L) {
   GuardJIT &J = engineAt(L);
+  if (timePasses()) {
+    llvm::reportAndResetTimings(&llvm::nulls()); // earlier cases' timers
+    llvm::TimePassesIsEnabled = true;
+  }
   CompileStats Sum;
   size_t Compiles = 0;
   double CpuMs = 0;
@@ -301,6 +323,12 @@ void runCompile(benchmark::State &St, const CompileCase *C, OptLevel L) {
     St.PauseTiming(); // freeing the code is not part of the latency
     R->reset();
     St.ResumeTiming();
+  }
+  if (timePasses()) {
+    llvm::errs() << "=== pass timers: compile/" << C->Name << "/"
+                 << optLevelName(L) << ", " << Compiles << " compiles\n";
+    llvm::reportAndResetTimings(&llvm::errs());
+    llvm::TimePassesIsEnabled = false;
   }
   if (!Compiles)
     return;
@@ -345,6 +373,11 @@ void addCase(const std::string &Name, std::shared_ptr<GuardSet> Set) {
 
 } // namespace
 
+int benchChunkSteps() {
+  const char *E = std::getenv("GUARDJIT_BENCH_CHUNK_STEPS");
+  return E && *E ? std::atoi(E) : -1;
+}
+
 void registerCompileBenchmarks() {
   std::string Dir = GUARDJIT_CORPUS_DIR;
   if (const char *Env = std::getenv("GUARDJIT_CORPUS_DIR"))
@@ -381,11 +414,12 @@ void registerCompileBenchmarks() {
   }
   // Synthetic sets: gpt2's kind mix (tensor, dict reads through nn.Module
   // __dict__s, module attributes, global state), thinned to 100 guards and
-  // grown to 1,000 (2.3 copies of its per-layer paths).
+  // grown to 1,000 and 3,000 (2.3 and 6.9 copies of its per-layer paths; the
+  // largest units of real models have ~2,700-3,000 guards).
   auto Base = Parsed.find("gpt2");
   if (Base == Parsed.end())
     Base = Parsed.begin();
-  for (size_t N : {100, 1000})
+  for (size_t N : {100, 1000, 3000})
     addCase("synthetic-" + std::to_string(N),
             synthesize(Base->second, N, "synthetic"));
 }

@@ -11,11 +11,36 @@
 #include "guardjit/TorchRuntime/TorchRuntime.h"
 
 #include "benchmark/benchmark.h"
+#include "llvm/Support/CommandLine.h"
+
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+bool guardjit::bench::parseLLVMArgs(const char *Args) {
+  std::istringstream In(Args);
+  std::vector<std::string> Words{"guardjit-microbench"};
+  for (std::string W; In >> W;)
+    Words.push_back(W);
+  std::vector<const char *> Argv;
+  for (const std::string &W : Words)
+    Argv.push_back(W.c_str());
+  llvm::cl::ResetAllOptionOccurrences();
+  return llvm::cl::ParseCommandLineOptions(static_cast<int>(Argv.size()),
+                                          Argv.data());
+}
 
 int main(int argc, char **argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv))
     return 1;
+  // GUARDJIT_BENCH_LLVM_ARGS: LLVM options for this process (e.g.
+  // "-disable-machine-cse"), to measure what a code-generation pass costs
+  // and buys.
+  if (const char *Args = std::getenv("GUARDJIT_BENCH_LLVM_ARGS"))
+    if (!guardjit::bench::parseLLVMArgs(Args))
+      return 1;
   Py_InitializeEx(0);
   guardjit::bench::exec("import torch\ntorch.set_num_threads(1)\n");
   guardjit::installTorchRuntime();
@@ -24,6 +49,7 @@ int main(int argc, char **argv) {
   guardjit::bench::registerTensorBenchmarks();
   guardjit::bench::registerObjectCacheBenchmarks();
   guardjit::bench::registerCompileBenchmarks();
+  guardjit::bench::registerChunkBenchmarks();
   guardjit::bench::registerEvictionBenchmarks();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

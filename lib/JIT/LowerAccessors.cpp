@@ -458,7 +458,7 @@ void Lowerer::emitValue(ValueId Id, LoweringStats &Stats) {
   Vals[Id] = Result;
   // A NULL read fails the set; the failure does not own the NULL.
   failUnless(B.CreateIsNotNull(Result, Name + ".ok"));
-  if (accessorReturnsNewRef(V.Kind) && CallMemo) {
+  if (accessorReturnsNewRef(V.Kind) && RefsInArray) {
     // Two stores instead of a cleanup block and a release on success (each
     // a call): the array slot and the count that "fail.release" reads.
     beginBlock(Name + ".owned");
@@ -468,7 +468,7 @@ void Lowerer::emitValue(ValueId Id, LoweringStats &Stats) {
     B.CreateAlignedStore(ConstantInt::get(I64, K + 1), RefCount, Align(8));
     useRefArray();
     NewRefs.emplace_back(Id, Result);
-  } else if (accessorReturnsNewRef(V.Kind) && !CallMemo) {
+  } else if (accessorReturnsNewRef(V.Kind)) {
     // From here on a failure must release this reference: give it its own
     // cleanup block in front of the chain.
     beginBlock(Name + ".owned");
@@ -518,7 +518,8 @@ void Lowerer::emitReadRun(ValueId First, size_t N, LoweringStats &Stats) {
 }
 
 void Lowerer::useRefArray() {
-  if (RefFail)
+  // Split: the entry function releases the array when the check ends.
+  if (RefFail || Split)
     return;
   RefFail = BasicBlock::Create(Ctx, "fail.release", F);
   IRBuilder<> RB(RefFail);

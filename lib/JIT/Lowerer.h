@@ -1,6 +1,7 @@
 //===- Lowerer.h - State shared by the lowering files ----------*- C++ -*-===//
 //
-// Private to lib/JIT. One Lowerer lowers one guard set to one function; its
+// Private to lib/JIT. One Lowerer lowers one guard set to one function (or
+// an entry calling chunk functions, LoweringOptions::ChunkSteps); its
 // code is split by concern:
 //
 //   Lowering.cpp         the driver: validation, scheduling, the frame, the
@@ -13,8 +14,10 @@
 //   LowerRelational.cpp  guards over several values (aliasing, overlap)
 //
 // The generated function is the interpreter (lib/Runtime/Interpreter.cpp)
-// unrolled over one guard set; see Lowering.cpp for the order of evaluation
-// and the cleanup chain of new references.
+// unrolled over one guard set; see Lowering.cpp for the order of evaluation,
+// the cleanup chain of new references and the split into bounded functions
+// (LoweringOptions::ChunkSteps). The emitters see one function at a time
+// (F, FrameLocals, LocalStatePtr, RefArray, Vals are the current chunk's).
 //
 //===----------------------------------------------------------------------===//
 #ifndef GUARDJIT_LIB_JIT_LOWERER_H
@@ -194,6 +197,27 @@ private:
   // dispatches; each emitter returns the guard's i1 "passes" condition, or
   // null when it already branched to the failure target itself.
   void emitGuard(size_t Index, LoweringStats &Stats);
+
+  // --- Lowering.cpp: the split into chunk functions (ChunkSteps).
+  /// Starts chunk function number Chunks.size(): F and the frame state
+  /// (FrameLocals, LocalStatePtr, RefArray, RefCount, the failure target)
+  /// become its own.
+  void beginChunk();
+  /// Ends the current chunk: passing returns 1, failing 0.
+  void endChunk();
+  /// Before a step of a new chunk: when the chunk boundary is due, ends the
+  /// chunk and begins the next; counts `Steps` towards it.
+  void chunkStep(size_t Steps);
+  /// Makes Vals[Id] usable in the current chunk: a value defined in an
+  /// earlier chunk is stored to its frame array slot right after its
+  /// definition there and loaded here (once per chunk).
+  void localize(ValueId Id);
+  void localize(llvm::ArrayRef<ValueId> Ids) {
+    for (ValueId Id : Ids)
+      localize(Id);
+  }
+  /// Records Vals[Id] as defined in the current chunk.
+  void defined(ValueId Id);
   /// LowerLeafGuards.cpp: one operand or none.
   llvm::Value *emitLeafGuard(size_t Index, LoweringStats &Stats);
   /// LowerTensors.cpp.
@@ -238,6 +262,23 @@ private:
   llvm::IntegerType *I32, *I64;
   llvm::MDNode *Likely;
 
+  /// ChunkSteps (LoweringOptions); Split: this set is lowered to chunks.
+  uint32_t ChunkSteps;
+  bool Split = false;
+  /// Split: the entry function (the check's symbol), the chunks in call
+  /// order with their frame array argument, the steps in the current chunk.
+  llvm::Function *Entry = nullptr;
+  std::vector<llvm::Function *> Chunks;
+  std::vector<llvm::Value *> ChunkSpill;
+  size_t ChunkSize = 0;
+  /// Split, per value: its definition, the chunk of the definition and of
+  /// Vals[Id] (a reload after localize), its frame array slot (-1: none).
+  std::vector<llvm::Value *> DefVals;
+  std::vector<int32_t> DefChunk, ValChunk, SpillSlot;
+  uint32_t NumSpillSlots = 0;
+  bool UsesLocalState = false;
+  uint64_t NumNewRefs = 0;
+
   llvm::Function *F = nullptr;
   llvm::Value *FrameLocals = nullptr;
   llvm::Value *LocalStatePtr = nullptr;
@@ -250,8 +291,11 @@ private:
   std::vector<uint32_t> ReadRun;
   /// CallMemo: the new references live in a frame array `RefArray` with
   /// their count in `RefCount`; one block ("fail.release") releases them
-  /// on every failure after the first, one call on success.
+  /// on every failure after the first, one call on success. Split: the
+  /// array is the entry's, which releases it when the check ends; the
+  /// chunks only fill it (RefsInArray).
   llvm::Value *RefArray = nullptr, *RefCount = nullptr;
+  bool RefsInArray = false;
   llvm::BasicBlock *RefFail = nullptr;
   /// CallMemo: creates "fail.release" (once) and makes it the failure
   /// target: every failure from here on releases the frame array.

@@ -20,6 +20,20 @@
 // go into a frame array with their count, released by one call on success
 // and by one "fail.release" block on every failure after the first.
 //
+// Split into chunks (LoweringOptions::ChunkSteps): the same steps in the
+// same order, cut into internal functions "<name>.cK" of about ChunkSteps
+// value reads and guards each; the entry function `<name>` calls them in
+// order and returns 0 at the first that fails. Code generation above O0
+// costs time super-linear in a function's size (the greedy register
+// allocator's spill placement and interference, machine CSE, the x86
+// execution-domain fix), so bounded functions keep the background tier's
+// compile linear in the guards. What crosses a boundary goes through the
+// entry's frame: a value used by a later chunk is stored to its slot of a
+// frame array right after its definition and loaded once by each chunk
+// that uses it; the local state is the entry's; every new reference goes
+// into the entry's reference array (RefsInArray), which the entry releases
+// when the check ends, passing or failing.
+//
 //===----------------------------------------------------------------------===//
 #include "guardjit/JIT/Lowering.h"
 
@@ -65,7 +79,8 @@ Lowerer::Lowerer(const GuardSet &S, const BoundGuardSet *BS, Module &M,
       CallMemo(Options.CallMemo), M(M), Ctx(M.getContext()), B(Ctx),
       PtrTy(PointerType::getUnqual(Ctx)), I32(Type::getInt32Ty(Ctx)),
       I64(Type::getInt64Ty(Ctx)),
-      Likely(MDBuilder(Ctx).createLikelyBranchWeights()) {}
+      Likely(MDBuilder(Ctx).createLikelyBranchWeights()),
+      ChunkSteps(Options.ChunkSteps) {}
 
 std::string Lowerer::describe(size_t GuardIndex) const {
   const Guard &G = S.guards()[GuardIndex];
@@ -245,6 +260,7 @@ llvm::Value *Lowerer::callCheck(StringRef Fn, ArrayRef<Type *> Params,
 
 void Lowerer::emitGuard(size_t Index, LoweringStats &Stats) {
   const Guard &G = S.guards()[Index];
+  localize(G.Operands);
   beginBlock(prefix('g', Index) + "." + spelling(G.Kind));
   if (G.Kind == GuardKind::ShapeExpr) {
     ++Stats.NumInlined;
@@ -259,6 +275,96 @@ void Lowerer::emitGuard(size_t Index, LoweringStats &Stats) {
     failUnless(Ok);
 }
 
+void Lowerer::beginChunk() {
+  // noinline: a pipeline with an inliner must not undo the split.
+  Type *Params[] = {PtrTy, PtrTy, PtrTy, PtrTy, PtrTy};
+  F = Function::Create(FunctionType::get(I32, Params, false),
+                       GlobalValue::InternalLinkage,
+                       Entry->getName() + ".c" + Twine(Chunks.size()), M);
+  F->setDoesNotThrow();
+  F->addFnAttr(Attribute::NoInline);
+  Chunks.push_back(F);
+  FrameLocals = F->getArg(0);
+  ChunkSpill.push_back(F->getArg(1));
+  LocalStatePtr = UsesLocalState ? F->getArg(2) : nullptr;
+  RefArray = NumNewRefs ? F->getArg(3) : nullptr;
+  RefCount = NumNewRefs ? F->getArg(4) : nullptr;
+  if (!Ctx.shouldDiscardValueNames()) {
+    FrameLocals->setName("frame_locals");
+    F->getArg(1)->setName("spill");
+    F->getArg(2)->setName("local_state");
+    F->getArg(3)->setName("new_refs");
+    F->getArg(4)->setName("new_refs.count");
+  }
+  Vals[0] = FrameLocals;
+  B.SetInsertPoint(BasicBlock::Create(Ctx, "entry", F));
+  CommonFail = BasicBlock::Create(Ctx, "fail");
+  IRBuilder<>(CommonFail).CreateRet(ConstantInt::get(I32, 0));
+  FailTarget = CommonFail;
+  RefFail = nullptr;
+  ReleaseBlocks.clear();
+  PendingOk = nullptr;
+  ChunkSize = 0;
+}
+
+void Lowerer::endChunk() {
+  beginBlock("pass");
+  B.CreateRet(ConstantInt::get(I32, 1));
+  // New references are in the entry's array (RefsInArray): no cleanup chain.
+  assert(ReleaseBlocks.empty() && "a split chunk releases nothing");
+  CommonFail->insertInto(F);
+}
+
+void Lowerer::chunkStep(size_t Steps) {
+  if (!Split)
+    return;
+  if (ChunkSize >= ChunkSteps) {
+    endChunk();
+    beginChunk();
+  }
+  ChunkSize += Steps;
+}
+
+void Lowerer::defined(ValueId Id) {
+  if (!Split)
+    return;
+  DefVals[Id] = Vals[Id];
+  DefChunk[Id] = ValChunk[Id] = static_cast<int32_t>(Chunks.size() - 1);
+}
+
+void Lowerer::localize(ValueId Id) {
+  int32_t Here = static_cast<int32_t>(Chunks.size() - 1);
+  // The root is each chunk's argument; a constant (a global's object, an
+  // address) is valid in any function; a read of a run (CallMemo) has no
+  // value, nothing reads it.
+  if (!Split || Id == 0 || ValChunk[Id] == Here || !DefVals[Id] ||
+      isa<Constant>(DefVals[Id]))
+    return;
+  auto *Def = cast<Instruction>(DefVals[Id]);
+  if (SpillSlot[Id] < 0) {
+    // The definition dominates the rest of its chunk, the only way that
+    // chunk passes: store right after it (after the PHIs of its block).
+    SpillSlot[Id] = static_cast<int32_t>(NumSpillSlots++);
+    IRBuilder<> SB(Ctx);
+    if (isa<PHINode>(Def))
+      SB.SetInsertPoint(Def->getParent(),
+                        Def->getParent()->getFirstInsertionPt());
+    else
+      SB.SetInsertPoint(Def->getNextNode());
+    SB.CreateAlignedStore(
+        Def,
+        SB.CreateConstInBoundsGEP1_64(PtrTy, ChunkSpill[DefChunk[Id]],
+                                      SpillSlot[Id]),
+        Align(8));
+  }
+  auto *L = B.CreateAlignedLoad(
+      PtrTy,
+      B.CreateConstInBoundsGEP1_64(PtrTy, ChunkSpill.back(), SpillSlot[Id]),
+      Align(8), prefix('v', Id) + ".reload");
+  Vals[Id] = L;
+  ValChunk[Id] = Here;
+}
+
 Expected<Function *> Lowerer::run(StringRef Name, LoweringStats &Stats) {
   // 1. Reject malformed IR before creating anything.
   if (Error E = validate())
@@ -270,24 +376,35 @@ Expected<Function *> Lowerer::run(StringRef Name, LoweringStats &Stats) {
     return createStringError("symbol '%s' already exists in the module",
                              Name.str().c_str());
 
-  // 2. The function and its frame.
-  F = Function::Create(FunctionType::get(I32, {PtrTy}, false),
-                       GlobalValue::ExternalLinkage, Name, M);
-  F->setDoesNotThrow();
-  FrameLocals = F->getArg(0);
-  FrameLocals->setName("frame_locals");
-  BasicBlock *Entry = BasicBlock::Create(Ctx, "entry", F);
-  B.SetInsertPoint(Entry);
-  CommonFail = BasicBlock::Create(Ctx, "fail");
-  IRBuilder<>(CommonFail).CreateRet(ConstantInt::get(I32, 0));
-  FailTarget = CommonFail;
-
   const auto &Guards = S.guards();
-  bool UsesLocalState =
+  size_t NumValues = S.values().size();
+  UsesLocalState =
       needsLocalState() ||
       std::any_of(Guards.begin(), Guards.end(), [](const Guard &G) {
         return guardNeedsLocalState(G.Kind);
       });
+  // Small sets stay one function: a chunk call would only add a call.
+  Split = ChunkSteps != 0 && Guards.size() + NumValues > ChunkSteps;
+  RefsInArray = CallMemo || Split;
+  NumNewRefs = 0;
+  for (ValueId Id = 1; Id < NumValues; ++Id)
+    NumNewRefs += accessorReturnsNewRef(S.value(Id).Kind);
+
+  // 2. The function and its frame (split: the entry's frame).
+  Entry = Function::Create(FunctionType::get(I32, {PtrTy}, false),
+                           GlobalValue::ExternalLinkage, Name, M);
+  Entry->setDoesNotThrow();
+  F = Entry;
+  FrameLocals = F->getArg(0);
+  FrameLocals->setName("frame_locals");
+  BasicBlock *EntryBlock = BasicBlock::Create(Ctx, "entry", F);
+  B.SetInsertPoint(EntryBlock);
+  if (!Split) { // else each chunk's (beginChunk)
+    CommonFail = BasicBlock::Create(Ctx, "fail");
+    IRBuilder<>(CommonFail).CreateRet(ConstantInt::get(I32, 0));
+    FailTarget = CommonFail;
+  }
+
   if (UsesLocalState) {
     LocalStatePtr = B.CreateAlloca(ArrayType::get(I64, 2), nullptr,
                                    "local_state");
@@ -300,9 +417,20 @@ Expected<Function *> Lowerer::run(StringRef Name, LoweringStats &Stats) {
       B.CreateAlignedStore(ConstantAggregateZero::get(ArrayType::get(I64, 2)),
                            LocalStatePtr, Align(8));
   }
+  // The frame array of every new reference: released when the check ends,
+  // as the interpreter does.
+  if (RefsInArray && NumNewRefs) {
+    RefArray = B.CreateAlloca(ArrayType::get(PtrTy, NumNewRefs), nullptr,
+                              "new_refs");
+    RefCount = B.CreateAlloca(I64, nullptr, "new_refs.count");
+    // Split: the entry releases the count after any chunk failed.
+    if (Split)
+      B.CreateAlignedStore(ConstantInt::get(I64, 0), RefCount, Align(8));
+  }
+  llvm::Value *EntryLocalState = LocalStatePtr;
+  llvm::Value *EntryRefArray = RefArray, *EntryRefCount = RefCount;
 
   // 3. Schedule each guard right after its last operand.
-  size_t NumValues = S.values().size();
   std::vector<std::vector<size_t>> After(NumValues);
   // Shape guards are Dynamo's SHAPE_ENV epilogue: after every value and
   // guard, before the epilogue lambdas (as in the interpreter).
@@ -324,13 +452,25 @@ Expected<Function *> Lowerer::run(StringRef Name, LoweringStats &Stats) {
   }
 
   // 4. Emit: ambient guards, values with their guards, aliasing, shapes,
-  // epilogue.
+  // epilogue. Split: a chunk boundary may come before any of these steps.
   Vals.assign(NumValues, nullptr);
   Vals[0] = FrameLocals;
+  if (Split) {
+    DefVals.assign(NumValues, nullptr);
+    DefChunk.assign(NumValues, -1);
+    ValChunk.assign(NumValues, -1);
+    SpillSlot.assign(NumValues, -1);
+    NumSpillSlots = 0;
+    Chunks.clear();
+    ChunkSpill.clear();
+    beginChunk();
+  }
   Stats = LoweringStats();
   Stats.NumGuards = Guards.size();
-  for (size_t I : Ambient)
+  for (size_t I : Ambient) {
+    chunkStep(1);
     emitGuard(I, Stats);
+  }
   // The first tier checks the simple guards right after a memoized read
   // inside the read's helper (ReadDescriptor): no code for them.
   // Runs of such reads of one parent that nothing reads afterwards (or
@@ -343,17 +483,6 @@ Expected<Function *> Lowerer::run(StringRef Name, LoweringStats &Stats) {
     // the only child of the one before, down to a read nothing reads) or
     // such a read alone; consecutive steps from one parent are one run.
     std::vector<uint32_t> Paths = readPaths(S, Fused);
-    // The frame array of every new reference (those that runs read too):
-    // released when the check ends, as the interpreter does.
-    uint64_t NumNewRefs = 0;
-    for (ValueId Id = 1; Id < NumValues; ++Id)
-      NumNewRefs += accessorReturnsNewRef(S.value(Id).Kind);
-    if (NumNewRefs) {
-      IRBuilder<> EB(&F->getEntryBlock(), F->getEntryBlock().begin());
-      RefArray = EB.CreateAlloca(ArrayType::get(PtrTy, NumNewRefs), nullptr,
-                                 "new_refs");
-      RefCount = EB.CreateAlloca(I64, nullptr, "new_refs.count");
-    }
     ReadRun.assign(NumValues, 0);
     for (ValueId Id = 1; Id < NumValues;) {
       ValueId End = Id;
@@ -370,6 +499,11 @@ Expected<Function *> Lowerer::run(StringRef Name, LoweringStats &Stats) {
   }
   for (ValueId Id = 0; Id < NumValues; ++Id) {
     if (Id != 0 && CallMemo && ReadRun[Id] > 1) {
+      size_t Steps = ReadRun[Id];
+      for (ValueId K = Id; K < Id + ReadRun[Id]; ++K)
+        Steps += After[K].size();
+      chunkStep(Steps);
+      localize(S.value(Id).Parent);
       emitReadRun(Id, ReadRun[Id], Stats);
       for (ValueId K = Id; K < Id + ReadRun[Id]; ++K)
         for ([[maybe_unused]] size_t I : After[K]) {
@@ -379,9 +513,13 @@ Expected<Function *> Lowerer::run(StringRef Name, LoweringStats &Stats) {
       Id += ReadRun[Id] - 1;
       continue;
     }
-    if (Id != 0)
-      emitValue(Id, Stats);
     const std::vector<size_t> &Here = After[Id];
+    if (Id != 0) {
+      chunkStep(1 + Here.size());
+      localize(S.value(Id).Parent);
+      emitValue(Id, Stats);
+      defined(Id);
+    }
     for (size_t J = 0; J < Here.size(); ++J) {
       size_t I = Here[J];
       if (CallMemo && Fused[I]) {
@@ -394,6 +532,7 @@ Expected<Function *> Lowerer::run(StringRef Name, LoweringStats &Stats) {
                Guards[Here[E]].Kind == GuardKind::DictContains)
           ++E;
         if (E - J > 1) {
+          localize(Guards[I].Operands);
           emitDictContainsRun(ArrayRef<size_t>(Here).slice(J, E - J), Stats);
           J = E - 1;
           continue;
@@ -402,11 +541,59 @@ Expected<Function *> Lowerer::run(StringRef Name, LoweringStats &Stats) {
       emitGuard(I, Stats);
     }
   }
+  if (!Aliasing.empty()) {
+    chunkStep(Aliasing.size());
+    for (size_t I : Aliasing)
+      localize(Guards[I].Operands);
+  }
   emitFusedAliasing(Aliasing, Stats);
-  for (size_t I : Shape)
+  for (size_t I : Shape) {
+    chunkStep(1);
     emitGuard(I, Stats);
-  for (size_t I : Epilogue)
+  }
+  for (size_t I : Epilogue) {
+    chunkStep(1);
     emitGuard(I, Stats);
+  }
+
+  if (Split) {
+    // 5. Split: the entry calls the chunks in order, then releases every
+    // new reference, whatever the answer.
+    endChunk();
+    F = Entry;
+    B.SetInsertPoint(EntryBlock);
+    llvm::Value *Spill = ConstantPointerNull::get(PtrTy);
+    if (NumSpillSlots)
+      Spill = IRBuilder<>(EntryBlock, EntryBlock->begin())
+                  .CreateAlloca(ArrayType::get(PtrTy, NumSpillSlots), nullptr,
+                                "spill");
+    llvm::Value *Null = ConstantPointerNull::get(PtrTy);
+    llvm::Value *Args[] = {Entry->getArg(0), Spill,
+                           EntryLocalState ? EntryLocalState : Null,
+                           EntryRefArray ? EntryRefArray : Null,
+                           EntryRefCount ? EntryRefCount : Null};
+    BasicBlock *Fail = BasicBlock::Create(Ctx, "fail");
+    for (size_t K = 0; K < Chunks.size(); ++K) {
+      CallInst *Call = B.CreateCall(Chunks[K], Args, "c" + Twine(K));
+      BasicBlock *Next = BasicBlock::Create(Ctx, "pass.c" + Twine(K), Entry);
+      B.CreateCondBr(isTrue(Call), Next, Fail, Likely);
+      B.SetInsertPoint(Next);
+    }
+    auto Release = [&](IRBuilder<> &RB) {
+      if (EntryRefArray)
+        RB.CreateCall(
+            helper("gj_rt_decref_array", RB.getVoidTy(), {PtrTy, I64}),
+            {EntryRefArray,
+             RB.CreateAlignedLoad(I64, EntryRefCount, Align(8))});
+    };
+    Release(B);
+    B.CreateRet(ConstantInt::get(I32, 1));
+    Fail->insertInto(Entry);
+    IRBuilder<> FB(Fail);
+    Release(FB);
+    FB.CreateRet(ConstantInt::get(I32, 0));
+    return Entry;
+  }
 
   // 5. Success releases every new reference, newest first.
   beginBlock("pass");

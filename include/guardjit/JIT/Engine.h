@@ -85,6 +85,10 @@ struct JITOptions {
   /// What the cache key must cover about the host that this library cannot
   /// see, e.g. "cpython-311-x86_64-linux-gnu torch=2.13.0".
   std::string HostVersions;
+  /// Steps per chunk function of a large set (LoweringOptions::ChunkSteps):
+  /// -1 the level's own (split at O1, one function at the other levels),
+  /// 0 one function (for measuring the split against it).
+  int ChunkSteps = -1;
 };
 
 /// Per-compile statistics.

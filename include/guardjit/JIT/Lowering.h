@@ -82,6 +82,17 @@ struct LoweringOptions {
   /// gj_rt_dict_contains_run). About 0.55x the machine code of the memo
   /// calls alone, for one call (a few ns) per memoized read that hits.
   bool CallMemo = false;
+  /// 0: the check is one function. N > 0, for a set of more than N steps
+  /// (a step is a value read or a guard): the steps go into functions of
+  /// about N steps each ("<name>.c0", ...), called in order from the entry
+  /// function `Name`, the first failing one ending the check. Code
+  /// generation above O0 (the greedy register allocator, machine CSE, the
+  /// execution-domain fix) costs super-linear time in a function's size;
+  /// bounded functions keep a compile linear in the guards. A value read
+  /// in one function and used in a later one is passed through a frame
+  /// array of the entry, which also owns every new reference (released
+  /// when the check ends, as the interpreter does).
+  uint32_t ChunkSteps = 0;
 };
 
 /// Adds the check function of `Set` to `M` under the symbol `Name`. `M` must
