@@ -101,6 +101,12 @@ int64_t tupleIndex(const GuardSet &S, const Value &V, PyObject *const *Objs) {
   return K;
 }
 
+/// The gate attribute of DIMENSION_DYNAMIC_MARKING (interned, leaked).
+PyObject *dimMarkingGateName() {
+  static PyObject *Name = PyUnicode_InternFromString("_has_dynamo_dim_marking");
+  return Name;
+}
+
 bool isDictGuard(GuardKind K) {
   return K == GuardKind::DictLength || K == GuardKind::DictContains ||
          K == GuardKind::DictVersion;
@@ -373,12 +379,20 @@ void SkipPlanBuilder::classify() {
       Probe[I] = X;
     }
   }
-  // NO_HASATTR on a stable value whose type, instance dict (and, for the
-  // registered functions, the dicts they consult) steps pin: implied.
+  // NO_HASATTR on a stable value or anchor whose type, instance dict (and,
+  // for the registered functions, the dicts they consult) steps pin:
+  // implied. So is an unmarked tensor's DIMENSION_DYNAMIC_MARKING.
   ImpliedByRead.assign(S.guards().size(), false);
   for (size_t GI = 0; GI < S.guards().size(); ++GI) {
     const Guard &G = S.guards()[GI];
-    if (G.Kind != GuardKind::NoHasAttr || G.Operands.size() != 1 ||
+    // DIMENSION_DYNAMIC_MARKING passes at once when the tensor has no
+    // `_has_dynamo_dim_marking` (gj_rt_dimension_marking, rule 1): the same
+    // proof as a NO_HASATTR on that name.
+    PyObject *Name = G.Kind == GuardKind::NoHasAttr ? Objs[G.Object]
+                     : G.Kind == GuardKind::DimensionMarking
+                         ? dimMarkingGateName()
+                         : nullptr;
+    if (!Name || G.Operands.size() != 1 ||
         (Roles[G.Operands[0]] != Role::Stable &&
          Roles[G.Operands[0]] != Role::Anchor))
       continue;
@@ -386,7 +400,7 @@ void SkipPlanBuilder::classify() {
     bool Ok;
     PyObject *D = instanceDict(Probe[V], /*Materialize=*/true, &Ok);
     PyObject *Found = nullptr;
-    if (Ok && trackRead(V, Objs[G.Object], &Found) == AttrOutcome::Missing &&
+    if (Ok && trackRead(V, Name, &Found) == AttrOutcome::Missing &&
         versionTagValid(Py_TYPE(Probe[V]))) {
       AttrTracked[V] = true;
       ProbeDict[V] = D;
