@@ -278,6 +278,10 @@ def _bench_generate(args: argparse.Namespace) -> int:
         print("error: the compiled sides did not all generate eager's tokens (see the table)",
               file=sys.stderr)
         return 1
+    if data["sides_uncompiled"]:
+        print("error: generate() did not run the compiled call of "
+              + ", ".join(data["sides_uncompiled"]), file=sys.stderr)
+        return 1
     return 0
 
 

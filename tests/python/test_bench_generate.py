@@ -34,6 +34,7 @@ def quick_generate(tmp_path_factory):
 def test_tokens_identical(quick_generate):
     data, stdout = quick_generate
     assert data["tokens_identical"] is True
+    assert data["sides_uncompiled"] == []
     assert len(data["tokens"]) == data["model"]["new_tokens"] == 8
     assert all(e["tokens_identical"] is True for e in data["sides"].values())
     assert "tokens identical on every side" in stdout
@@ -83,6 +84,7 @@ def test_differing_tokens_are_reported():
     data = {"model": {"name": "qwen3-2L", "prompt_tokens": 8, "new_tokens": 8,
                       "backend": "eager"},
             "run": {"settings": {"rounds": 1}}, "tokens_identical": False,
+            "sides_uncompiled": [],
             "sides": {"torch": dict(side), "floor": dict(side, tokens_identical=False)}}
     text = format_text(data)
     assert "TOKENS DIFFER: floor" in text and "DIFFER" in text.splitlines()[-2]

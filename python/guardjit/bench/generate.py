@@ -27,7 +27,8 @@ corpus's ``qwen3-36L`` config, with its cache on), in one process:
    (run.GUARDLESS_NOTE): its ``lookup_us`` is None.
 4. **Tokens.** Every ``generate`` of every side must return the eager
    tokens; ``tokens_identical`` says whether they all did, and the command
-   fails (exit 1) when not.
+   fails (exit 1) when not, or when a side's backend compiled nothing
+   (``sides_uncompiled``: transformers did not take its compiled path).
 """
 
 from __future__ import annotations
@@ -219,12 +220,16 @@ def _run(s: Settings, bar: Progress) -> dict[str, Any]:
                       "graphs_in_rounds": graphs - graphs_before[n]})
     gj = guardjit.stats()
     identical = all(e["tokens_identical"] for e in entries.values())
+    # A side whose backend compiled nothing ran generate() uncompiled (its
+    # numbers would be eager's).
+    uncompiled = [side for side, c in counters.items() if c.graphs == 0]
     bar("done")
     return {"model": {"name": f"qwen3-{s.layers}L", "layers": s.layers,
                       "new_tokens": s.new_tokens, "prompt_tokens": s.prompt,
                       "backend": s.backend, "cache_implementation": "static"},
             "tokens": reference[0, s.prompt:].tolist(),
             "tokens_identical": identical,
+            "sides_uncompiled": uncompiled,
             "sides": entries,
             "guardjit": {"units_seen": gj.get("units_seen"), "units_native": gj.get("units_native"),
                          "guards_total": gj.get("guards_total"),
@@ -256,7 +261,10 @@ def format_text(data: dict[str, Any], markdown: bool = False) -> str:
     title = (f"generate(): {m['name']}, {m['prompt_tokens']} prompt + {m['new_tokens']} new "
              f"tokens, greedy, static cache, backend {m['backend']}; medians over "
              f"{data['run']['settings']['rounds']} interleaved rounds")
-    tail = ("tokens identical on every side and equal to eager's" if data["tokens_identical"]
+    tail = ["tokens identical on every side and equal to eager's" if data["tokens_identical"]
             else "TOKENS DIFFER: " + ", ".join(n for n, e in data["sides"].items()
-                                                 if not e["tokens_identical"]))
-    return "\n".join([title, _table(rows, markdown), tail])
+                                                 if not e["tokens_identical"])]
+    if data.get("sides_uncompiled"):
+        tail.append("NOT COMPILED (generate() ran them eagerly): "
+                    + ", ".join(data["sides_uncompiled"]))
+    return "\n".join([title, _table(rows, markdown)] + tail)
