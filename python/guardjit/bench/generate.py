@@ -46,7 +46,7 @@ from guardjit import plugin
 from guardjit.bench.corpus import QWEN3_8B_LAYERS, VOCAB, qwen3_config
 from guardjit.bench.lookup import profile_lookup_us
 from guardjit.bench.options import FLOOR, UNSAFE, option_kwargs
-from guardjit.bench.run import GUARDLESS_NOTE, Progress, SideBackend
+from guardjit.bench.run import GUARDLESS_NOTE, Progress, SideBackend, _ratio_stats
 
 SIDES = ("torch", "guardjit", "unsafe", "floor")
 # Fields every side's entry carries (the test checks them).
@@ -124,12 +124,6 @@ def attach(model: torch.nn.Module, side: str, backend: str,
     model._compiled_call = compiled
     model._last_compile_config = compile_config
     return counting, config
-
-
-def _ratio_stats(xs: list[float], ys: list[float]) -> dict[str, float]:
-    ratios = [x / y for x, y in zip(xs, ys)]
-    return {"ratio": statistics.median(ratios), "ratio_min": min(ratios),
-            "ratio_max": max(ratios)}
 
 
 def run(s: Settings, progress: bool = True) -> dict[str, Any]:
