@@ -56,20 +56,28 @@ def main(argv: list[str] | None = None) -> int:
                     "guardjit differentiating-set policy; guards of the differentiating "
                     "roots, cache lookup under skip_guard_eval_unsafe, and whether every "
                     "warmed input is routed to the entry a full lookup picks; see "
-                    "docs/performance.md (differentiating sets).")
+                    "docs/performance.md (differentiating sets). --suite generate: a "
+                    "transformers generate() decode loop with a static cache, per token and "
+                    "per lookup, plain torch vs guardjit vs torch's unsafe options vs no "
+                    "guards, tokens checked against eager.")
     from guardjit.bench.corpus import CORPUS
     from guardjit.bench.diffsets import CONFIGS
     from guardjit.bench.scenarios import SCENARIOS
 
-    bench.add_argument("--suite", choices=("corpus", "diffsets", "memory", "latency"),
+    bench.add_argument("--suite", choices=("corpus", "diffsets", "memory", "latency", "generate"),
                        default="corpus",
                        help="what to benchmark (default: corpus); memory: resident memory "
                             "over compile/evict cycles through torch, guardjit against plain "
                             "torch in fresh processes, and the import cost; latency: the "
                             "first call against plain torch and the time until native code "
-                            "is in place, per --models")
+                            "is in place, per --models; generate: greedy generate() with a "
+                            "static cache on a Qwen3 model, per-token time and lookup per side")
     bench.add_argument("--units", type=int, default=1000,
                        help="memory: compile units (default: 1000, --quick: 200)")
+    bench.add_argument("--layers", type=int, default=None,
+                       help="generate: the Qwen3 model's layers (default: 36, --quick: 2)")
+    bench.add_argument("--new-tokens", type=int, default=None,
+                       help="generate: tokens generated per call (default: 32, --quick: 8)")
     bench.add_argument("--models", nargs="+", choices=list(CORPUS), default=list(CORPUS),
                        help="corpus: models to run (default: all)")
     bench.add_argument("--scenarios", nargs="+", choices=list(SCENARIOS),
@@ -199,6 +207,8 @@ def _bench(args: argparse.Namespace) -> int:
         return _bench_memory(args)
     if args.suite == "latency":
         return _bench_latency(args)
+    if args.suite == "generate":
+        return _bench_generate(args)
     from guardjit.bench import report, run
 
     settings = run.Settings.quick_mode() if args.quick else run.Settings()
@@ -250,6 +260,29 @@ def _bench_latency(args: argparse.Namespace) -> int:
     data = latency.run(args.models, quick=args.quick, repeats=args.repeats or 3,
                        progress=not args.no_progress)
     return _report(latency.format_text(data), data, args.json)
+
+
+def _bench_generate(args: argparse.Namespace) -> int:
+    from guardjit.bench import generate
+
+    s = generate.Settings.quick_mode() if args.quick else generate.Settings()
+    if args.backend:
+        s.backend = args.backend
+    if args.layers is not None:
+        s.layers = args.layers
+    if args.new_tokens is not None:
+        s.new_tokens = args.new_tokens
+    data = generate.run(s, progress=not args.no_progress)
+    _report(generate.format_text(data, markdown=args.markdown), data, args.json)
+    if not data["tokens_identical"]:
+        print("error: the compiled sides did not all generate eager's tokens (see the table)",
+              file=sys.stderr)
+        return 1
+    if data["sides_uncompiled"]:
+        print("error: generate() did not run the compiled call of "
+              + ", ".join(data["sides_uncompiled"]), file=sys.stderr)
+        return 1
+    return 0
 
 
 def _bench_diffsets(args: argparse.Namespace) -> int:

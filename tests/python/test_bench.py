@@ -20,7 +20,9 @@ from guardjit.bench.options import (FILTERS, LABELS, LOOKUP_OPTIONS, OPTIONS, ST
                                     option_kwargs)
 from guardjit.bench.run import MODEL_FIELDS
 
-HF_MODELS = ("gpt2", "bert", "llama", "mistral", "t5")
+HF_MODELS = ("gpt2", "bert", "llama", "mistral", "t5", "qwen3-36L")
+# The names these models carry in the results (qwen3-36L's says its depth).
+HF_NAMES = HF_MODELS[:-1] + ("qwen3-2L", "qwen3-36L")
 NUMERIC = ("guards", "dynamo_check_us", "guardjit_check_us", "ratio", "lookup_us_torch",
            "lookup_us_guardjit", "guardjit_full_check_us", "lookup_us_guardjit_full",
            "call_us_torch", "call_us_guardjit", "compile_ms",
@@ -60,6 +62,113 @@ def test_corpus_size():
     assert len(CORPUS) >= 8
 
 
+# Repeated layers of each corpus case (None: nothing repeats), full / quick.
+LAYERS = {"gpt2": (4, 1), "bert": (4, 1), "llama": (4, 1), "mistral": (4, 1), "t5": (6, 2),
+          "qwen3-36L": (36, 2), "resnet-cnn": (None, None), "mlp": (None, None),
+          "decoder": (12, 2), "deep-decoder": (32, 4), "param-heavy": (96, 8),
+          "stack-8": (8, 8), "stack-16": (16, 16), "stack-32": (32, 32), "stack-64": (64, 64)}
+
+
+@pytest.mark.parametrize("quick", [True, False])
+def test_corpus_layers(quick):
+    """Every case says how many layers repeat (the divisor of
+    lookup_per_layer_us), and it is the model's own count."""
+    assert set(LAYERS) == set(CORPUS)
+    for name, factory in CORPUS.items():
+        if name in HF_MODELS and importlib.util.find_spec("transformers") is None:
+            continue
+        if not quick and name in DEEP_STACKS + ("param-heavy",):
+            continue  # the same factory code as their quick sizes, only bigger
+        case = factory(quick)
+        assert case.layers == LAYERS[name][0 if not quick else 1], (name, case.layers)
+        if name == "qwen3-36L":
+            # Qwen3-8B's depth (36 layers) at tiny widths, eval, no cache.
+            cfg = case.model.config
+            assert type(case.model).__name__ == "Qwen3ForCausalLM"
+            assert len(case.model.model.layers) == cfg.num_hidden_layers == case.layers
+            assert (cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads,
+                    cfg.intermediate_size, cfg.vocab_size) == (64, 4, 2, 128, 512)
+            assert not case.model.training and cfg.use_cache is False
+            assert case.name == f"qwen3-{case.layers}L"
+        elif case.layers is not None:
+            stack = getattr(case.model, "layers", None) or getattr(case.model, "blocks", None)
+            if stack is not None:
+                assert len(stack) == case.layers, name
+
+
+def test_floor_fields_arithmetic():
+    """floor_fields turns the floor's per-round ratios (floor / guardjit)
+    into guardjit / floor and divides the lookups by the layers."""
+    from guardjit.bench.run import floor_fields
+
+    entry = {"lookup_us_guardjit": 30.0, "lookup_us_torch": 600.0,
+             "options": {"skip_all_guards_unsafe": {"call_us": 100.0, "call_us_guardjit": 104.0,
+                                                    "call_ratio": 0.96, "call_ratio_min": 0.8,
+                                                    "call_ratio_max": 1.0},
+                         UNSAFE: {"status": "ok", "lookup_us": 45.0}}}
+    f = floor_fields(entry, 6)
+    assert f["floor_call_us"] == 100.0 and f["call_us_guardjit_vs_floor"] == 104.0
+    assert f["call_overhead_vs_floor"] == pytest.approx(1 / 0.96)
+    assert f["call_overhead_vs_floor_min"] == pytest.approx(1.0)
+    assert f["call_overhead_vs_floor_max"] == pytest.approx(1.25)
+    assert f["lookup_us_unsafe"] == 45.0
+    assert f["lookup_per_layer_us"] == pytest.approx(5.0)
+    assert f["lookup_per_layer_us_torch"] == pytest.approx(100.0)
+    assert f["lookup_per_layer_us_unsafe"] == pytest.approx(7.5)
+    none = floor_fields({"lookup_us_guardjit": 30.0, "options": {}}, None)
+    assert none["lookup_per_layer_us"] is None and none["floor_call_us"] is None
+    assert none["call_overhead_vs_floor"] is None and none["lookup_us_unsafe"] is None
+
+
+def _check_users_terms(m: dict) -> None:
+    """The users'-terms fields of one model entry and their relations."""
+    name = m["name"]
+    floor = m["options"]["skip_all_guards_unsafe"]
+    assert isinstance(m["floor_call_us"], float) and m["floor_call_us"] > 0, (name, m)
+    assert m["floor_call_us"] == floor["call_us"], name
+    assert m["call_us_guardjit_vs_floor"] == floor["call_us_guardjit"], name
+    lo, r, hi = (m["call_overhead_vs_floor" + k] for k in ("_min", "", "_max"))
+    assert 0 < lo <= r <= hi, (name, lo, r, hi)
+    un = m["options"][UNSAFE]
+    if un["status"] == "ok":
+        assert m["lookup_us_unsafe"] == un["lookup_us"], name
+        # One set of profiler rounds: guardjit's lookup beside the unsafe
+        # options' is the top-level one.
+        assert un["guardjit_lookup_us"] == m["lookup_us_guardjit"], name
+    if m["layers"] is None:
+        assert m["lookup_per_layer_us"] is None, name
+    else:
+        assert isinstance(m["layers"], int) and m["layers"] > 0, name
+        assert m["lookup_per_layer_us"] == pytest.approx(m["lookup_us_guardjit"] / m["layers"])
+
+
+def test_users_terms_core(tmp_path):
+    """``--core --quick`` on an MLP and the Qwen3 model: the whole call
+    against the floor, the unsafe options' lookup and the lookup per layer
+    per model, in the JSON and the table."""
+    if importlib.util.find_spec("transformers") is None:
+        pytest.skip("transformers is not installed")
+    json_path = tmp_path / "core.json"
+    cmd = [sys.executable, "-m", "guardjit", "bench", "--core", "--quick", "--no-progress",
+           "--json", str(json_path), "--models", "mlp", "qwen3-36L"]
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    data = json.loads(json_path.read_text())
+    by = {m["name"]: m for m in data["models"]}
+    assert set(by) == {"mlp", "qwen3-2L"}
+    for m in by.values():
+        assert not m.get("errors"), (m["name"], m.get("errors"))
+        _check_users_terms(m)
+    assert by["mlp"]["layers"] is None and by["qwen3-2L"]["layers"] == 2
+    u = data["summary"]["users_terms"]
+    assert set(u["call_overhead_vs_floor"]) == set(by)
+    assert u["qwen3"]["name"] == "qwen3-2L"
+    for col in ("lookup µs unsafe", "lookup µs/layer guardjit", "floor call µs",
+                "guardjit call vs floor"):
+        assert col in proc.stdout, col
+
+
 def test_options_are_torchs_and_labelled():
     """The filters are torch.compiler's six, each option has one short label
     and one torch.compile/config setting."""
@@ -93,6 +202,7 @@ def test_every_model_has_every_field(quick_run):
             assert field in m, (m["name"], field)
         for field in NUMERIC:
             assert isinstance(m[field], (int, float)), (m["name"], field, m[field])
+        _check_users_terms(m)
         # A unit left on Dynamo's path carries its reason.
         if m["status"] != "native":
             assert m["fallback_reasons"], m["name"]
@@ -170,7 +280,7 @@ def test_python_frames_are_counted(quick_run):
         assert m["python_frames_dynamo"] >= 1, m["name"]
         reads = m["python_accessor_reads"]
         assert set(reads) == {"module_reads", "config_reads", "delegated"}, reads
-        if m["name"] in HF_MODELS:
+        if m["name"] in HF_NAMES:
             # transformers configs run a Python __getattribute__: guardjit
             # reads them natively (docs/guard-semantics.md §13).
             assert reads["config_reads"] > 0, (m["name"], reads)

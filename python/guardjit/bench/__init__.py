@@ -11,5 +11,6 @@
 
 The other suites: :mod:`.diffsets` (with :mod:`.scenarios`,
 :mod:`.diffsets_worker` and :mod:`.diffsets_report`), :mod:`.memory`,
-:mod:`.latency`; :mod:`.cachelines` and :mod:`.fixed_cost` run as scripts.
+:mod:`.latency`, :mod:`.generate` (a transformers ``generate()`` decode loop);
+:mod:`.cachelines` and :mod:`.fixed_cost` run as scripts.
 """

@@ -6,7 +6,9 @@ and the kinds of guards stay the same.
 
 * ``transformers`` architectures from tiny configs (random weights, eval
   mode, ``use_cache=False`` so the guards do not depend on a cache object):
-  GPT-2, BERT, Llama, Mistral, T5.
+  GPT-2, BERT, Llama, Mistral, T5; and ``qwen3-36L``, a Qwen3 model with
+  Qwen3-8B's depth (36 layers; 2 in quick mode) and tiny widths: the guard
+  structure of the real model.
 * The ResNet-style CNN, the two-input MLP and the 12-layer decoder of
   :mod:`guardjit.models`.
 * ``deep-decoder``: a stack of identical decoder layers (32; 4 in quick
@@ -37,6 +39,9 @@ class BenchCase:
     make_input: Callable[[], tuple]
     kwargs: dict = dataclasses.field(default_factory=dict)  # keyword inputs of a call
     description: str = ""
+    # Repeated layers (blocks) of the model, the divisor of the bench's
+    # lookup_per_layer_us; None where nothing repeats.
+    layers: int | None = None
 
     def inputs(self) -> tuple[tuple, dict]:
         return self.make_input(), dict(self.kwargs)
@@ -65,7 +70,8 @@ def gpt2(quick: bool = False) -> BenchCase:
     cfg = GPT2Config(vocab_size=VOCAB, n_positions=64, n_embd=64, n_layer=1 if quick else 4,
                      n_head=4, use_cache=False)
     return BenchCase("gpt2", GPT2LMHeadModel(cfg).eval(), _ids(),
-                     description=f"transformers GPT2LMHeadModel, {cfg.n_layer} layers, d=64")
+                     description=f"transformers GPT2LMHeadModel, {cfg.n_layer} layers, d=64",
+                     layers=cfg.n_layer)
 
 
 def bert(quick: bool = False) -> BenchCase:
@@ -76,7 +82,8 @@ def bert(quick: bool = False) -> BenchCase:
     cfg = BertConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=1 if quick else 4,
                      num_attention_heads=4, intermediate_size=128, max_position_embeddings=64)
     return BenchCase("bert", BertModel(cfg).eval(), _ids(),
-                     description=f"transformers BertModel, {cfg.num_hidden_layers} layers, d=64")
+                     description=f"transformers BertModel, {cfg.num_hidden_layers} layers, d=64",
+                     layers=cfg.num_hidden_layers)
 
 
 def llama(quick: bool = False) -> BenchCase:
@@ -89,7 +96,7 @@ def llama(quick: bool = False) -> BenchCase:
                       num_key_value_heads=2, max_position_embeddings=64, use_cache=False)
     return BenchCase("llama", LlamaForCausalLM(cfg).eval(), _ids(),
                      description=f"transformers LlamaForCausalLM, {cfg.num_hidden_layers} layers, "
-                                 "d=64, GQA")
+                                 "d=64, GQA", layers=cfg.num_hidden_layers)
 
 
 def mistral(quick: bool = False) -> BenchCase:
@@ -103,7 +110,7 @@ def mistral(quick: bool = False) -> BenchCase:
                         use_cache=False)
     return BenchCase("mistral", MistralForCausalLM(cfg).eval(), _ids(),
                      description=f"transformers MistralForCausalLM, {cfg.num_hidden_layers} "
-                                 "layers, d=64, sliding window")
+                                 "layers, d=64, sliding window", layers=cfg.num_hidden_layers)
 
 
 def t5(quick: bool = False) -> BenchCase:
@@ -120,13 +127,41 @@ def t5(quick: bool = False) -> BenchCase:
     return BenchCase("t5", T5ForConditionalGeneration(cfg).eval(), lambda: (enc,),
                      kwargs={"decoder_input_ids": dec},
                      description=f"transformers T5ForConditionalGeneration, {layers}+{layers} "
-                                 "layers, d=64")
+                                 "layers, d=64", layers=2 * layers)
+
+
+QWEN3_8B_LAYERS = 36  # Qwen3-8B's num_hidden_layers
+
+
+def qwen3_config(layers: int, use_cache: bool = False):
+    """A Qwen3 config with ``layers`` layers and tiny widths (hidden 64, 4
+    heads, 2 KV heads, intermediate 128, vocabulary 512)."""
+    _hf_quiet()
+    from transformers import Qwen3Config
+
+    return Qwen3Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
+                       num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                       head_dim=16, max_position_embeddings=256, use_cache=use_cache)
+
+
+def qwen3(quick: bool = False) -> BenchCase:
+    """Qwen3-8B's depth at tiny widths, random weights: the guard structure of
+    the model users compile (issue 26)."""
+    from transformers import Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = qwen3_config(2 if quick else QWEN3_8B_LAYERS)
+    return BenchCase(f"qwen3-{cfg.num_hidden_layers}L", Qwen3ForCausalLM(cfg).eval(), _ids(),
+                     description=f"transformers Qwen3ForCausalLM, {cfg.num_hidden_layers} layers "
+                                 "(Qwen3-8B's depth at full size), d=64, GQA",
+                     layers=cfg.num_hidden_layers)
 
 
 # --- guardjit.models -----------------------------------------------------------
 
-def _from_models(case: gj_models.ModelCase, name: str, description: str) -> BenchCase:
-    return BenchCase(name, case.model, case.make_input, description=description)
+def _from_models(case: gj_models.ModelCase, name: str, description: str,
+                 layers: int | None = None) -> BenchCase:
+    return BenchCase(name, case.model, case.make_input, description=description, layers=layers)
 
 
 def cnn(quick: bool = False) -> BenchCase:
@@ -144,7 +179,7 @@ def transformer(quick: bool = False) -> BenchCase:
     layers = 2 if quick else 12
     return _from_models(gj_models.transformer(layers), f"decoder-{layers}L",
                         f"decoder-only transformer (guardjit.models), {layers} layers, "
-                        "a global and float attributes")
+                        "a global and float attributes", layers)
 
 
 # --- a deep stack of identical layers --------------------------------------------
@@ -226,7 +261,7 @@ def deep_decoder(quick: bool = False) -> BenchCase:
     layers = 4 if quick else 32
     return BenchCase(f"deep-decoder-{layers}L", DeepStack(layers).eval(), _ids(2, 8),
                      description=f"{layers} identical decoder layers, float attributes, "
-                                 "a shared config object")
+                                 "a shared config object", layers=layers)
 
 
 def _stack(layers: int) -> Callable[[bool], BenchCase]:
@@ -235,7 +270,8 @@ def _stack(layers: int) -> Callable[[bool], BenchCase]:
     def make(quick: bool = False) -> BenchCase:
         torch.manual_seed(0)
         return BenchCase(f"stack-{layers}", DeepStack(layers).eval(), _ids(2, 8),
-                         description=f"{layers} identical decoder layers (the deep stack)")
+                         description=f"{layers} identical decoder layers (the deep stack)",
+                         layers=layers)
     make.__name__ = f"stack_{layers}"
     return make
 
@@ -277,7 +313,8 @@ def param_heavy(quick: bool = False) -> BenchCase:
     model = ParamHeavy(blocks).eval()
     n_tensors = sum(1 for _ in model.parameters()) + sum(1 for _ in model.buffers())
     return BenchCase("param-heavy", model, lambda: (torch.randn(4, 16),),
-                     description=f"{blocks} blocks, {n_tensors} parameters and buffers")
+                     description=f"{blocks} blocks, {n_tensors} parameters and buffers",
+                     layers=blocks)
 
 
 CORPUS: dict[str, Callable[[bool], BenchCase]] = {
@@ -286,6 +323,7 @@ CORPUS: dict[str, Callable[[bool], BenchCase]] = {
     "llama": llama,
     "mistral": mistral,
     "t5": t5,
+    "qwen3-36L": qwen3,
     "resnet-cnn": cnn,
     "mlp": mlp,
     "decoder": transformer,

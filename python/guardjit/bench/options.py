@@ -26,7 +26,10 @@ OPTIONS = CONFIG_OPTIONS[:1] + FILTERS + CONFIG_OPTIONS[1:] + (STANCE, UNSAFE)
 # check (``check_us``) under that option, measured beside guardjit's default:
 # torch's dict-tag fast path, the two unsafe options together and
 # the floor, a unit with no guards at all.
-LOOKUP_OPTIONS = ("use_recursive_dict_tags_for_guards", UNSAFE, "skip_all_guards_unsafe")
+# The floor: torch with no guards at all, whose whole call every model's
+# call_overhead_vs_floor is measured against.
+FLOOR = "skip_all_guards_unsafe"
+LOOKUP_OPTIONS = ("use_recursive_dict_tags_for_guards", UNSAFE, FLOOR)
 
 # Column labels of the report's tables.
 LABELS = {

@@ -78,18 +78,33 @@ def _status(m: dict[str, Any]) -> str:
     return f"{m.get('status')} {m.get('units_native', 0)}/{m.get('units', 0)}"
 
 
+def _overhead(m: dict[str, Any]) -> str:
+    """guardjit's whole call over the floor's, as a percentage with spread."""
+    r = m.get("call_overhead_vs_floor")
+    if r is None:
+        return "-"
+    lo, hi = m.get("call_overhead_vs_floor_min"), m.get("call_overhead_vs_floor_max")
+    pct = f"{(r - 1) * 100:+.1f}%"
+    return pct if lo is None or hi is None else \
+        f"{pct} ({(lo - 1) * 100:+.1f}..{(hi - 1) * 100:+.1f})"
+
+
 def main_table(data: dict[str, Any], markdown: bool = False) -> str:
-    head = ("model", "guards", "guardjit", "Dynamo check µs", "guardjit µs", "check ratio",
-            "cold ratio", "lookup µs torch", "lookup µs guardjit", "lookup ratio",
-            "call µs torch", "call µs guardjit", "JIT ms", "Python frames Dynamo / guardjit")
+    head = ("model", "layers", "guards", "guardjit", "Dynamo check µs", "guardjit µs",
+            "check ratio", "cold ratio", "lookup µs torch", "lookup µs guardjit",
+            "lookup µs unsafe", "lookup ratio", "lookup µs/layer guardjit", "call µs torch",
+            "call µs guardjit", "floor call µs", "guardjit call vs floor", "JIT ms",
+            "Python frames Dynamo / guardjit")
     rows = [head]
     for m in data["models"]:
-        rows.append((m["name"], _f(m.get("guards"), "{}"), _status(m),
-                     _f(m.get("dynamo_check_us")), _f(m.get("guardjit_check_us")),
+        rows.append((m["name"], _f(m.get("layers"), "{}"), _f(m.get("guards"), "{}"),
+                     _status(m), _f(m.get("dynamo_check_us")), _f(m.get("guardjit_check_us")),
                      _spread(m, "ratio"), _x(m.get("cold_ratio")),
                      _f(m.get("lookup_us_torch")), _f(m.get("lookup_us_guardjit")),
-                     _spread(m, "lookup_ratio"),
+                     _f(m.get("lookup_us_unsafe")), _spread(m, "lookup_ratio"),
+                     _f(m.get("lookup_per_layer_us")),
                      _f(m.get("call_us_torch"), "{:.1f}"), _f(m.get("call_us_guardjit"), "{:.1f}"),
+                     _f(m.get("floor_call_us"), "{:.1f}"), _overhead(m),
                      _f(m.get("compile_ms"), "{:.1f}"),
                      f"{_f(m.get('python_frames_dynamo'), '{}')} / "
                      f"{_f(m.get('python_frames_guardjit'), '{}')}"))
@@ -194,6 +209,38 @@ def skip_summary(data: dict[str, Any]) -> dict[str, Any]:
             }}
 
 
+def users_summary(data: dict[str, Any]) -> dict[str, Any]:
+    """Issue 26's figures in users' terms, from one run: guardjit's whole
+    call over the floor (skip_all_guards_unsafe) and its lookup against
+    torch's unsafe options, per model; the 36-layer transformers model's
+    lookup against plain torch's."""
+    overhead = {m["name"]: m.get("call_overhead_vs_floor") for m in data["models"]}
+    measured = {k: v for k, v in overhead.items() if v is not None}
+    above_unsafe = [m["name"] for m in data["models"]
+                    if m.get("lookup_us_unsafe") is not None
+                    and m.get("lookup_us_guardjit") is not None
+                    and m["lookup_us_guardjit"] > m["lookup_us_unsafe"]]
+    deep = [m for m in data["models"] if m["name"].startswith("qwen3-")]
+    q = deep[0] if deep else {}
+    q_gj, q_torch, q_unsafe = (q.get(k) for k in ("lookup_us_guardjit", "lookup_us_torch",
+                                                  "lookup_us_unsafe"))
+    return {"call_overhead_vs_floor": overhead,
+            "max_call_overhead_vs_floor": max(measured.values()) if measured else None,
+            "lookup_above_unsafe": above_unsafe,
+            "qwen3": {"name": q.get("name"), "layers": q.get("layers"),
+                      "lookup_us_guardjit": q_gj, "lookup_us_torch": q_torch,
+                      "lookup_us_unsafe": q_unsafe},
+            "targets": {
+                "whole call within 2 % of the floor (every model)":
+                    bool(measured) and max(measured.values()) <= 1.02,
+                "lookup no higher than torch unsafe (every model)":
+                    bool(measured) and not above_unsafe,
+                "36-layer lookup <= 25 µs, >= 40x below torch, below unsafe":
+                    bool(q.get("layers") == 36 and q_gj and q_torch and q_unsafe
+                         and q_gj <= 25 and q_torch / q_gj >= 40 and q_gj < q_unsafe),
+            }}
+
+
 def passes_table(data: dict[str, Any], markdown: bool = False) -> str:
     """Per model: guards and guardjit check µs as recorded, after the default
     pipeline and after each filter pass (+ default); and the guide's
@@ -244,6 +291,7 @@ def summary(data: dict[str, Any]) -> dict[str, Any]:
                                         m.get("python_frames_guardjit")]
                             for m in data["models"]}
     out["subtree_skip"] = skip_summary(data)
+    out["users_terms"] = users_summary(data)
     out["targets"] = {
         "median check >= 10x": bool(out["median_check_ratio"] and out["median_check_ratio"] >= 10),
         "every model check >= 3x": bool(out["min_check_ratio"] and out["min_check_ratio"] >= 3),
@@ -278,6 +326,12 @@ def format_text(data: dict[str, Any]) -> str:
         f"median check ratio {_x(s['median_check_ratio'])}, min {_x(s['min_check_ratio'])}; "
         f"median lookup ratio {_x(s['median_lookup_ratio'])}; "
         f"{s['models_native']}/{s['models']} models fully native")
+    u = s["users_terms"]
+    worst = u["max_call_overhead_vs_floor"]
+    parts.append("guardjit's whole call over the floor (no guards): at most "
+                 + ("-" if worst is None else f"{(worst - 1) * 100:+.1f}%")
+                 + "; lookup above torch's unsafe options on: "
+                 + (", ".join(u["lookup_above_unsafe"]) or "none"))
     return "\n".join(parts)
 
 
@@ -333,5 +387,5 @@ def plot(data: dict[str, Any], path: str) -> None:
     plt.close(fig)
 
 
-__all__ = ["environment", "main_table", "options_table", "skip_table", "summary", "format_text",
-           "write_json", "plot"]
+__all__ = ["environment", "main_table", "options_table", "skip_table", "summary",
+           "users_summary", "format_text", "write_json", "plot"]

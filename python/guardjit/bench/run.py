@@ -26,6 +26,11 @@ Per model, in one process:
    together) is a third ``torch.compile`` side of step 2: torch's check and
    lookup under both options against guardjit's sound (default) check and
    lookup, interleaved.
+4. **Users' terms** (:func:`floor_fields`, from steps 2 and 3): the whole
+   call against torch with no guards (``floor_call_us``,
+   ``call_overhead_vs_floor``), the unsafe options' lookup beside guardjit's
+   (``lookup_us_unsafe``) and the lookup per repeated layer
+   (``lookup_per_layer_us``).
 
 Per model, ``python_frames_dynamo`` / ``python_frames_guardjit`` count the
 Python frames one check of each root enters on the same frame locals
@@ -56,7 +61,7 @@ from guardjit.bench.capture import (Captured, capture_units, entry_locals, fix_f
                                     keep_units)
 from guardjit.bench.corpus import BenchCase
 from guardjit.bench.lookup import LOOKUP_EVENT, profile_lookup_us, raw_self_us  # noqa: F401
-from guardjit.bench.options import (FILTERS, LOOKUP_OPTIONS, OPTIONS, STANCE, UNSAFE,
+from guardjit.bench.options import (FILTERS, FLOOR, LOOKUP_OPTIONS, OPTIONS, STANCE, UNSAFE,
                                     option_kwargs)
 from guardjit.bench.passes import measure_passes
 from guardjit.lab import timing
@@ -65,7 +70,9 @@ from guardjit.lab import timing
 MODEL_FIELDS = ("name", "guards", "dynamo_check_us", "guardjit_check_us", "ratio",
                 "guardjit_full_check_us", "lookup_us_torch", "lookup_us_guardjit",
                 "lookup_us_guardjit_full", "call_us_torch", "call_us_guardjit",
-                "compile_ms", "python_frames_dynamo", "python_frames_guardjit", "options")
+                "compile_ms", "python_frames_dynamo", "python_frames_guardjit", "options",
+                "floor_call_us", "call_overhead_vs_floor", "lookup_us_unsafe", "layers",
+                "lookup_per_layer_us")
 # torch 2.13 serves a guardless cache entry before the "TorchDynamo Cache
 # Lookup" event starts (try_lookup_without_guard_eval in
 # torch/csrc/dynamo/eval_frame_cpp.cpp): the profiler sees no lookup at all.
@@ -441,16 +448,59 @@ def _extra_lookup_results(extra: dict[str, Callable[[], object]], index: dict[st
         seen = min(events[i]) if events[i] else 0
         if seen >= s.profile_calls:
             lk = _ratio_stats(per[i], lookup_gj)
-            out[name] = {"lookup_us": lk["a_us"], "guardjit_lookup_us": lk["b_us"],
-                         "lookup_ratio": lk["ratio"], "lookup_ratio_min": lk["ratio_min"],
-                         "lookup_ratio_max": lk["ratio_max"], "lookup_events_per_call": 1}
+            e = {"lookup_us": lk["a_us"], "guardjit_lookup_us": lk["b_us"],
+                 "lookup_ratio": lk["ratio"], "lookup_ratio_min": lk["ratio_min"],
+                 "lookup_ratio_max": lk["ratio_max"], "lookup_events_per_call": 1}
+        else:
+            e = {"lookup_us": None, "lookup_events_per_call": seen / s.profile_calls,
+                 "lookup_note": GUARDLESS_NOTE}
+        out[name] = e
+        if e["lookup_us"] is not None and name != FLOOR:
             continue
-        r = timing.interleaved(extra[name], call_gj, rounds=s.call_rounds, warmup=2,
+        # The floor's whole call is always timed (every model's
+        # call_overhead_vs_floor). An odd number of rounds, so that the
+        # inverse of the median per-round ratio is the median of the
+        # inverted ratios (floor_fields).
+        r = timing.interleaved(extra[name], call_gj, rounds=s.call_rounds | 1, warmup=2,
                                target_ms=max(s.target_ms, 5.0))
-        out[name] = {"lookup_us": None, "lookup_events_per_call": seen / s.profile_calls,
-                     "lookup_note": GUARDLESS_NOTE, "call_us": r.a_us,
-                     "call_us_guardjit": r.b_us, "call_ratio": r.ratio,
-                     "call_ratio_min": r.ratio_min, "call_ratio_max": r.ratio_max}
+        e.update({"call_us": r.a_us, "call_us_guardjit": r.b_us, "call_ratio": r.ratio,
+                  "call_ratio_min": r.ratio_min, "call_ratio_max": r.ratio_max})
+    return out
+
+
+def floor_fields(entry: dict[str, Any], layers: int | None) -> dict[str, Any]:
+    """A model's figures in users' terms, from what the bench measured:
+
+    * ``floor_call_us``: the whole call of torch with no guards at all
+      (FLOOR), and ``call_us_guardjit_vs_floor`` guardjit's whole call in the
+      same rounds; ``call_overhead_vs_floor``: guardjit / floor, the median
+      of the per-round ratios with its spread (``_min``, ``_max``);
+    * ``lookup_us_unsafe``: torch's lookup with both unsafe options (UNSAFE),
+      from the same profiler rounds as ``lookup_us_guardjit``;
+    * ``lookup_per_layer_us`` (guardjit), ``_torch`` and ``_unsafe``: the
+      lookup divided by the model's repeated layers (None where nothing
+      repeats).
+    """
+    options = entry.get("options") or {}
+    floor = options.get(FLOOR) or {}
+    unsafe = options.get(UNSAFE) or {}
+    out: dict[str, Any] = {"floor_call_us": floor.get("call_us"),
+                           "call_us_guardjit_vs_floor": floor.get("call_us_guardjit"),
+                           "call_overhead_vs_floor": None, "call_overhead_vs_floor_min": None,
+                           "call_overhead_vs_floor_max": None,
+                           "lookup_us_unsafe": (unsafe.get("lookup_us")
+                                                if unsafe.get("status") == "ok" else None),
+                           "layers": layers}
+    ratio, lo, hi = (floor.get(k) for k in ("call_ratio", "call_ratio_min", "call_ratio_max"))
+    if ratio and lo and hi:
+        # call_ratio is floor / guardjit per round, over an odd number of
+        # rounds: its inverse is the median of guardjit / floor.
+        out.update({"call_overhead_vs_floor": 1 / ratio, "call_overhead_vs_floor_min": 1 / hi,
+                    "call_overhead_vs_floor_max": 1 / lo})
+    for key, lookup in (("lookup_per_layer_us", entry.get("lookup_us_guardjit")),
+                        ("lookup_per_layer_us_torch", entry.get("lookup_us_torch")),
+                        ("lookup_per_layer_us_unsafe", out["lookup_us_unsafe"])):
+        out[key] = lookup / layers if layers and lookup is not None else None
     return out
 
 
@@ -698,6 +748,7 @@ def measure_model(name: str, factory: Callable[[bool], BenchCase], s: Settings,
             options[opt]["check_us"] = options[opt].get("dynamo_check_us")
             options[opt].update(lk)
         entry["options"] = options
+        entry.update(floor_fields(entry, case.layers))
         tick(f"{name}: passes")
         try:
             if s.core:
