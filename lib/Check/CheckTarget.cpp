@@ -269,6 +269,10 @@ std::optional<SkipProfile> profileSkip(CheckTarget &T, PyObject *FrameLocals,
   for (int I = 0; I < Calls; ++I)
     Pass += RFn ? RFn(FrameLocals) : interpret(*R.Bound, FrameLocals);
   auto End = Clock::now();
+  CheckFn FFn = T.Fn.load(std::memory_order_acquire);
+  for (int I = 0; I < Calls; ++I)
+    FFn ? FFn(FrameLocals) : interpret(*T.Bound, FrameLocals);
+  auto FullEnd = Clock::now();
   auto Ns = [&](auto A, auto B) {
     return std::chrono::duration<double, std::nano>(B - A).count() / Calls;
   };
@@ -276,6 +280,7 @@ std::optional<SkipProfile> profileSkip(CheckTarget &T, PyObject *FrameLocals,
   Out.PreludeNs = Ns(Start, PreEnd);
   Out.ValidateNs = Ns(PreEnd, Mid);
   Out.ResidualNs = Ns(Mid, End);
+  Out.FullNs = Ns(End, FullEnd);
   Out.Validated = Valid;
   Out.Passed = Pass;
   Out.PreludePassed = T.Skip->Prelude ? PreludePass : Calls;

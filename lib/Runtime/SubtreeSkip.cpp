@@ -107,6 +107,38 @@ PyObject *dimMarkingGateName() {
   return Name;
 }
 
+/// The skipping check's largest estimated cost, as a fraction of F's, that
+/// still plans, and the fixed cost of running one check function (entry,
+/// local state, the ambient guards: ~150 ns, ~300 pointer compares). Both
+/// calibrated on the corpus with `_core.skip_profile` (docs/performance.md,
+/// "Subtree skipping"): the MLP (estimate 1.43x, measured 0.82x) declines,
+/// param-heavy (1.69x, measured 1.04x) and every larger unit plan.
+constexpr double MaxCostRatio = 2.0 / 3.0;
+constexpr double EntryCost = 300;
+
+/// What a validation step costs, in KindFacts.h's units (pointer compares):
+/// the loads and compares validate() does for it.
+double stepCost(SkipStep::Kind K) {
+  switch (K) {
+  case SkipStep::LoadLocal:
+    return 5; // a dict probe
+  case SkipStep::LoadItem:
+    return 3;
+  case SkipStep::DictOf:
+    return 4;
+  case SkipStep::KnownType:
+    return 6;
+  case SkipStep::TypeTag:
+    return 3;
+  case SkipStep::Tag:
+  case SkipStep::Field:
+    return 2;
+  case SkipStep::TypeIs:
+    return 1;
+  }
+  return 1;
+}
+
 bool isDictGuard(GuardKind K) {
   return K == GuardKind::DictLength || K == GuardKind::DictContains ||
          K == GuardKind::DictVersion;
@@ -796,6 +828,34 @@ std::unique_ptr<SkipPlan> SkipPlanBuilder::run(std::string *WhyNot) {
     return nullptr;
   if (P->NumImplied == 0) {
     *WhyNot = "no guard is implied by unchanged dicts and types";
+    return nullptr;
+  }
+  // The cost model (pointer-compare units of KindFacts.h): F's estimated
+  // cost against the skipping check's (its steps, R and the prelude). A
+  // plan whose check is not clearly cheaper declines: validation costs ~3 ns
+  // a step, so a small unit whose guards are cheap can lose (the MLP
+  // measured 0.85x of its full check: docs/performance.md).
+  auto setCost = [](const GuardSet &X) {
+    double C = 0;
+    for (const Guard &G : X.guards())
+      C += checkCost(G.Kind, G.Operands.size());
+    for (const Value &V : X.values())
+      C += readCost(V.Kind);
+    return C;
+  };
+  double Full = EntryCost + setCost(S);
+  double Skip = EntryCost + setCost(*P->Residual);
+  for (const SkipStep &St : P->Steps)
+    Skip += stepCost(St.K);
+  if (P->Prelude)
+    Skip += EntryCost + setCost(*P->Prelude);
+  P->FullCost = Full;
+  P->SkipCost = Skip;
+  if (getenv("GJ_NOCOSTMODEL") == nullptr && Skip > MaxCostRatio * Full) {
+    *WhyNot = "the plan does not pay (an estimated " +
+              std::to_string(static_cast<long>(Skip)) + " against " +
+              std::to_string(static_cast<long>(Full)) +
+              " pointer compares per call for the full check)";
     return nullptr;
   }
   (void)B;

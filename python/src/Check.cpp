@@ -260,6 +260,8 @@ void guardjit::python::populateCheck(py::module_ &M) {
         D["implied_guards"] = P.numImpliedGuards();
         D["residual_guards"] = P.numResidualGuards();
         D["prelude_guards"] = P.numPreludeGuards();
+        D["full_cost"] = P.fullCost();
+        D["skip_cost"] = P.skipCost();
         D["hits"] = P.stats().Hits;
         D["fallbacks"] = P.stats().Fallbacks;
         D["records"] = P.stats().Records;
@@ -285,13 +287,15 @@ void guardjit::python::populateCheck(py::module_ &M) {
         D["prelude_passed"] = Prof->PreludePassed;
         D["validate_ns"] = Prof->ValidateNs;
         D["residual_ns"] = Prof->ResidualNs;
+        D["full_ns"] = Prof->FullNs;
         D["validated"] = Prof->Validated;
         D["passed"] = Prof->Passed;
         return D;
       },
       py::arg("check"), py::arg("f_locals"), py::arg("calls") = 1000,
-      "Benchmark aid: ns per call of the prelude alone, the validation alone "
-      "and the residual check alone on `f_locals` (None without a "
+      "Benchmark aid: ns per call of the prelude alone, the validation "
+      "alone, the residual check alone and the full check on `f_locals` "
+      "(None without a "
       "snapshot). Runs Python only through the prelude's guards; GIL held.");
 
   M.def(

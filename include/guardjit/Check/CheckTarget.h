@@ -174,13 +174,15 @@ bool tierUp(std::shared_ptr<CheckTarget> T, int Level,
 bool compileResidual(const CheckTarget &T, int Level,
                      const ProviderLookup &Providers, bool HoldsGil = true);
 
-/// Benchmark aid: ns per call of the prelude alone, the validation alone
-/// and the residual check alone; none without a valid snapshot. Runs Python
+/// Benchmark aid: ns per call of the prelude alone, the validation alone,
+/// the residual check alone and the full check; none without a valid
+/// snapshot. Runs Python
 /// only through the prelude's guards; GIL held.
 struct SkipProfile {
   double PreludeNs = 0; ///< 0 without a prelude
   double ValidateNs = 0;
   double ResidualNs = 0;
+  double FullNs = 0; ///< the full check F, for comparison
   int PreludePassed = 0;
   int Validated = 0;
   int Passed = 0;

@@ -127,8 +127,8 @@ public:
   /// `FrameLocals` (a frame locals dict on which `Full` passes; borrowed) so
   /// that values whose read is not pure there (a property, a missing
   /// attribute served by __getattr__, a bound method) stay live reads.
-  /// Returns nullptr and sets *WhyNot when no subtree can be skipped. GIL
-  /// held.
+  /// Returns nullptr and sets *WhyNot when no subtree can be skipped or the
+  /// plan would not pay (skipCost() > 2/3 x fullCost()). GIL held.
   static std::unique_ptr<SkipPlan> build(const BoundGuardSet &Full,
                                          PyObject *FrameLocals,
                                          std::string *WhyNot);
@@ -161,6 +161,12 @@ public:
   /// Subtrees skipped: anchors with at least one stable descendant.
   size_t numSubtrees() const { return NumSubtrees; }
   size_t numImpliedGuards() const { return NumImplied; }
+  /// The cost model's estimates per call, in pointer compares (KindFacts.h
+  /// check and read costs; SubtreeSkip.cpp's step costs): F, and the
+  /// skipping check (steps, R, prelude). build() declines when the second
+  /// exceeds 2/3 of the first.
+  double fullCost() const { return FullCost; }
+  double skipCost() const { return SkipCost; }
   size_t numResidualGuards() const { return Residual->guards().size(); }
   size_t numPreludeGuards() const {
     return Prelude ? Prelude->guards().size() : 0;
@@ -188,6 +194,7 @@ private:
   /// by the destructor (GIL held: CheckTargets die with the GIL, TierUp.h).
   std::vector<PyObject *> Held;
   size_t NumStable = 0, NumSubtrees = 0, NumImplied = 0;
+  double FullCost = 0, SkipCost = 0; ///< the cost model's estimates
   bool Valid = false;
   SkipStats Stats;
 };

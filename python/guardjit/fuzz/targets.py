@@ -42,9 +42,10 @@ from guardjit import _core, plugin
 from guardjit.bench.options import FILTERS  # torch's six guard_filter_fn helpers
 
 OPTIONS = ("default",) + FILTERS + ("install_free_tensors", "dict_tags", "multi_entry")
-# Corpus models small enough for many fuzz cases (quick sizes); all ten by default.
+# Corpus models small enough for many fuzz cases (quick sizes: qwen3-36L has 2
+# layers there); all eleven by default.
 CORPUS_MODELS = ("mlp", "resnet-cnn", "decoder", "deep-decoder", "param-heavy", "gpt2", "bert",
-                 "llama", "mistral", "t5")
+                 "llama", "mistral", "t5", "qwen3-36L")
 
 
 @dataclasses.dataclass
