@@ -268,8 +268,10 @@ public:
   /// soundly; the set is then checked in full, as before. Skipping starts
   /// once the residual check is native (at once while the set itself is
   /// interpreted) and turns itself off for a set whose objects keep
-  /// changing. GIL held; call after bind, before the set is checked.
-  Status enableSubtreeSkip(void *FrameLocals);
+  /// changing. With `CostModel`, also unsupported when the skipping check
+  /// is not estimated clearly cheaper than the full one (a small set).
+  /// GIL held; call after bind, before the set is checked.
+  Status enableSubtreeSkip(void *FrameLocals, bool CostModel = true);
 
   /// Checks the frame locals dict `FrameLocals` (borrowed `PyObject *` of a
   /// dict: the callee's locals by name). *Pass receives the answer. GIL held.

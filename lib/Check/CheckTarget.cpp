@@ -169,12 +169,13 @@ void freeRetired(CheckTarget &T) {
 
 uint64_t distrustedCount() { return Distrusted; }
 
-std::string enableSubtreeSkip(CheckTarget &T, PyObject *FrameLocals) {
+std::string enableSubtreeSkip(CheckTarget &T, PyObject *FrameLocals,
+                              bool CostModel) {
   if (T.Skip)
     return "";
   std::string WhyNot;
   std::unique_ptr<SkipPlan> Plan =
-      SkipPlan::build(*T.Bound, FrameLocals, &WhyNot);
+      SkipPlan::build(*T.Bound, FrameLocals, &WhyNot, CostModel);
   if (!Plan)
     return WhyNot;
   std::string Err;

@@ -522,7 +522,7 @@ Status LoadedSet::waitForCode() {
   return Status::success();
 }
 
-Status LoadedSet::enableSubtreeSkip(void *FrameLocals) {
+Status LoadedSet::enableSubtreeSkip(void *FrameLocals, bool CostModel) {
   if (Status S = I->ready(); !S)
     return S;
   if (!FrameLocals || !PyDict_Check(static_cast<PyObject *>(FrameLocals)))
@@ -530,7 +530,7 @@ Status LoadedSet::enableSubtreeSkip(void *FrameLocals) {
                  "enableSubtreeSkip takes the frame locals as a dict");
   std::lock_guard<std::mutex> Lock(I->CompileLock);
   std::string WhyNot = guardjit::enableSubtreeSkip(
-      *I->Target, static_cast<PyObject *>(FrameLocals));
+      *I->Target, static_cast<PyObject *>(FrameLocals), CostModel);
   if (!WhyNot.empty())
     return error(ErrorCode::Unsupported,
                  "guard set '" + name() + "' cannot skip subtrees: " + WhyNot);

@@ -189,7 +189,7 @@ public:
   SkipPlanBuilder(const BoundGuardSet &B, PyObject *FrameLocals)
       : B(B), S(B.set()), Objs(B.objects()), FrameLocals(FrameLocals) {}
 
-  std::unique_ptr<SkipPlan> run(std::string *WhyNot);
+  std::unique_ptr<SkipPlan> run(std::string *WhyNot, bool CostModel);
 
 private:
   enum class Role : uint8_t { Live, Anchor, Const, Stable };
@@ -811,7 +811,8 @@ SkipPlanBuilder::buildResidual(SkipPlan &P, std::string *WhyNot) {
   return R;
 }
 
-std::unique_ptr<SkipPlan> SkipPlanBuilder::run(std::string *WhyNot) {
+std::unique_ptr<SkipPlan> SkipPlanBuilder::run(std::string *WhyNot,
+                                               bool CostModel) {
   if (!PyDict_CheckExact(FrameLocals)) {
     *WhyNot = "the frame locals are not a dict";
     return nullptr;
@@ -851,7 +852,7 @@ std::unique_ptr<SkipPlan> SkipPlanBuilder::run(std::string *WhyNot) {
     Skip += EntryCost + setCost(*P->Prelude);
   P->FullCost = Full;
   P->SkipCost = Skip;
-  if (getenv("GJ_NOCOSTMODEL") == nullptr && Skip > MaxCostRatio * Full) {
+  if (CostModel && Skip > MaxCostRatio * Full) {
     *WhyNot = "the plan does not pay (an estimated " +
               std::to_string(static_cast<long>(Skip)) + " against " +
               std::to_string(static_cast<long>(Full)) +
@@ -866,6 +867,7 @@ std::unique_ptr<SkipPlan> SkipPlanBuilder::run(std::string *WhyNot) {
 
 std::unique_ptr<SkipPlan> SkipPlan::build(const BoundGuardSet &Full,
                                           PyObject *FrameLocals,
-                                          std::string *WhyNot) {
-  return SkipPlanBuilder(Full, FrameLocals).run(WhyNot);
+                                          std::string *WhyNot,
+                                          bool CostModel) {
+  return SkipPlanBuilder(Full, FrameLocals).run(WhyNot, CostModel);
 }

@@ -140,6 +140,14 @@ class Config:
         default_factory=lambda: _env_choice(
             "GUARDJIT_SUBTREE_SKIP", "1", ("1", "on", "true", "yes", "0", "off", "false", "no"))
         not in ("0", "off", "false", "no"))
+    # Plans whose estimated check is not clearly cheaper than the full one
+    # are declined ("the plan does not pay"; SubtreeSkip.h). False plans
+    # whenever a plan exists (GUARDJIT_SKIP_COST_MODEL=0; tests of the
+    # mechanism on tiny models).
+    subtree_skip_cost_model: bool = dataclasses.field(
+        default_factory=lambda: _env_choice(
+            "GUARDJIT_SKIP_COST_MODEL", "1", ("1", "on", "true", "yes", "0", "off", "false", "no"))
+        not in ("0", "off", "false", "no"))
 
 
 config = Config()
@@ -441,7 +449,7 @@ def _enable_subtree_skip(check: Any, f_locals: dict, compile_id: str, native: bo
     Returns why the unit got no plan ("" when it got one or skipping is off)."""
     if subtree_skip_source() == "off":
         return ""
-    why = _core.enable_subtree_skip(check, f_locals)
+    why = _core.enable_subtree_skip(check, f_locals, config.subtree_skip_cost_model)
     if why:
         _counters["skip_units_declined"] += 1
         _skip_reasons[why.split(" (", 1)[0]] += 1

@@ -223,13 +223,14 @@ void guardjit::python::populateCheck(py::module_ &M) {
 
   M.def(
       "enable_subtree_skip",
-      [](py::handle Fn, py::dict FrameLocals) -> std::string {
-        return enableSubtreeSkip(*targetOf(Fn), FrameLocals.ptr());
+      [](py::handle Fn, py::dict FrameLocals, bool CostModel) -> std::string {
+        return enableSubtreeSkip(*targetOf(Fn), FrameLocals.ptr(), CostModel);
       },
-      py::arg("check"), py::arg("f_locals"),
+      py::arg("check"), py::arg("f_locals"), py::arg("cost_model") = true,
       "Gives the check behind `check` (a make_guard callable) sound subtree "
       "skipping (Runtime/SubtreeSkip.h), planned on `f_locals`, frame locals "
-      "its full check passes on. Returns \"\" when enabled, else why not. "
+      "its full check passes on. Returns \"\" when enabled, else why not "
+      "(with `cost_model`, also when the plan would not pay). "
       "Call before the callable is installed; GIL held. The residual check "
       "is interpreted until skip_compile's background compile lands (in "
       "native mode skipping waits for it).");

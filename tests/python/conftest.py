@@ -26,6 +26,16 @@ def fresh_dynamo():
     torch._dynamo.reset()
 
 
+@pytest.fixture
+def skip_every_plan():
+    """Subtree skipping plans whenever it can: the cost model, which declines
+    plans that would not pay on tiny units, is off (tests of the mechanism)."""
+    saved = plugin.config.subtree_skip_cost_model
+    plugin.config.subtree_skip_cost_model = False
+    yield
+    plugin.config.subtree_skip_cost_model = saved
+
+
 @pytest.fixture(autouse=True)
 def no_foreign_gc_callbacks():
     """Each test runs without the GC callbacks an earlier one installed.

@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 from torch._dynamo.testing import CompileCounter
 
 import guardjit
 from guardjit import plugin
+
+# Tiny models: the mechanism, not whether a plan pays (conftest.py).
+pytestmark = pytest.mark.usefixtures("skip_every_plan")
 
 
 class Cfg:

@@ -145,7 +145,8 @@ uint64_t distrustedCount();
 /// Gives `T` sound subtree skipping planned on `FrameLocals` (borrowed;
 /// frame locals its full check passes on). Returns "" when enabled (or
 /// already), else why not. Call before `T` is first called; GIL held.
-std::string enableSubtreeSkip(CheckTarget &T, PyObject *FrameLocals);
+std::string enableSubtreeSkip(CheckTarget &T, PyObject *FrameLocals,
+                              bool CostModel = true);
 
 /// Makes (or finds) the provider of a level for the background tier; null
 /// when it cannot (then nothing is queued). A front door's lookup may

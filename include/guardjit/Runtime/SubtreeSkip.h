@@ -129,9 +129,11 @@ public:
   /// attribute served by __getattr__, a bound method) stay live reads.
   /// Returns nullptr and sets *WhyNot when no subtree can be skipped or the
   /// plan would not pay (skipCost() > 2/3 x fullCost()). GIL held.
+  /// `CostModel` false plans whenever it can (tests of the mechanism).
   static std::unique_ptr<SkipPlan> build(const BoundGuardSet &Full,
                                          PyObject *FrameLocals,
-                                         std::string *WhyNot);
+                                         std::string *WhyNot,
+                                         bool CostModel = true);
   ~SkipPlan();
   SkipPlan(const SkipPlan &) = delete;
   SkipPlan &operator=(const SkipPlan &) = delete;

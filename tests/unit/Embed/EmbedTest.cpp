@@ -481,7 +481,7 @@ TEST(EmbedTest, SubtreeSkipHitsUntilTheObjectChanges) {
   PyObject *M = PyObject_CallNoArgs(NodeType);
   PyObject *D = PyDict_New();
   PyDict_SetItemString(D, "m", M);
-  Status E = S->enableSubtreeSkip(D);
+  Status E = S->enableSubtreeSkip(D, /*CostModel=*/false);
   ASSERT_TRUE(E.ok()) << E.message();
   EXPECT_TRUE(S->stats().SubtreeSkip);
 

@@ -118,7 +118,7 @@ protected:
     ASSERT_TRUE(Full);
     ASSERT_TRUE(interpret(*Full, Locals.get()));
     std::string Why;
-    Plan = SkipPlan::build(*Full, Locals.get(), &Why);
+    Plan = SkipPlan::build(*Full, Locals.get(), &Why, /*CostModel=*/false);
     ASSERT_TRUE(Plan) << Why;
     std::string Err;
     Residual = BoundGuardSet::bind(Plan->residual(), &Err);
