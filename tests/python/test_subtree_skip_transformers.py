@@ -216,7 +216,28 @@ def test_config_replaced_class_swapped_and_heterogeneity_spec_set():
         per_layer_attributes = frozenset({"hidden_size"})
         per_layer_overrides: dict = {}
 
+    # (guardjit records no snapshot while a spec is set -- record_failures
+    # grows -- and answers by the full check: no warm-up here.)
     pair.step(lambda m: m.config.__dict__.__setitem__("_heterogeneity_spec", Spec()))
+
+    class Strict:  # use_cache is read on the global config: eager raises
+        per_layer_attributes = frozenset({"use_cache"})
+        per_layer_overrides: dict = {}
+
+    before = pair.counts
+    pair.mutate(lambda m: m.config.__dict__.__setitem__("_heterogeneity_spec", Strict()))
+    from transformers.integrations.heterogeneity.configuration_utils import (
+        AmbiguousGlobalPerLayerAttributeError,
+    )
+
+    with torch.no_grad():
+        for side in (pair.eager, pair.gj, pair.pt):
+            with pytest.raises(AmbiguousGlobalPerLayerAttributeError):
+                side(pair.x)
+    gj, pt = pair.counts
+    assert gj - before[0] == pt - before[1], (before, pair.counts)
+    pair.step(lambda m: m.config.__dict__.pop("_heterogeneity_spec"))
+    pair.warm()  # skipping answers again once the spec is gone
 
 
 # --- parameters and modules ------------------------------------------------
@@ -259,22 +280,21 @@ def test_layers_replaced_appended_popped_and_trained():
     pair.step(lambda m: m.model.layers[1].train(), recompiles=True)
 
 
-def test_module_attribute_added_and_class_attribute_changed():
-    from transformers.models.llama.modeling_llama import LlamaAttention
-
+def test_module_attributes_changed():
+    """Plain attributes of an attention module (instance __dict__ values the
+    sdpa path reads: is_causal, scaling)."""
     pair = HFPair()
     pair.warm()
-    pair.step(lambda m: setattr(m.model.layers[0].self_attn, "scaling", 0.5), recompiles=True)
+    # Not staleness but transformers itself: under compile the sdpa path
+    # always materialises the causal mask (eager passes None and uses
+    # module.is_causal), so any compile of this model ignores is_causal and
+    # differs from eager; guardjit must give plain torch's answer.
+    pair.step(lambda m: setattr(m.model.layers[0].self_attn, "is_causal", False),
+              torch_stale=True, recompiles=False)
+    pair.step(lambda m: setattr(m.model.layers[0].self_attn, "is_causal", True),
+              recompiles=False)
     pair.warm()
-    saved = LlamaAttention.__dict__.get("is_causal", None)
-    try:
-        pair.step(lambda m: setattr(LlamaAttention, "is_causal", False), recompiles=None)
-    finally:
-        if saved is None:
-            if "is_causal" in LlamaAttention.__dict__:
-                delattr(LlamaAttention, "is_causal")
-        else:
-            LlamaAttention.is_causal = saved
+    pair.step(lambda m: setattr(m.model.layers[1].self_attn, "scaling", 0.5), recompiles=True)
 
 
 # --- globals ---------------------------------------------------------------
