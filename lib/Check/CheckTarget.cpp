@@ -53,11 +53,11 @@ int runFull(CheckTarget &T, PyObject *FrameLocals) {
   return Fn(FrameLocals);
 }
 
-/// Validation, then the residual check when every recorded dict, type and
-/// pointer still holds; otherwise the full check, recording a new snapshot
-/// when it passes. Neither validation, recording nor the residual check runs
-/// Python code (SkipPlan::build ensures it), so no other thread can change
-/// the recorded objects between validating and checking.
+/// The prelude, then validation, then the residual check when every recorded
+/// dict, type and pointer still holds; otherwise the full check, recording a
+/// new snapshot when it passes. Neither validation, recording nor the
+/// residual check runs Python code (SkipPlan::build ensures it), so no other
+/// thread can change the recorded objects between validating and checking.
 int runSkipping(CheckTarget &T, SkipState &K, PyObject *FrameLocals) {
   SkipPlan &P = *K.Plan;
   CheckTarget &R = *K.Residual;
@@ -85,9 +85,21 @@ int runSkipping(CheckTarget &T, SkipState &K, PyObject *FrameLocals) {
       return Ok;
     }
     ++P.stats().Fallbacks;
+    int Ok = runFull(T, FrameLocals);
+    // A failing F is a miss of this entry (another entry's call style, say):
+    // the snapshot may still describe the objects, and validation re-checks
+    // all of it on every call (SubtreeSkip.h), so it stays. A passing F
+    // means the state changed: record afresh.
+    if (!Ok)
+      return 0;
     P.invalidate();
     if (++K.MissRun >= SkipState::MaxMissRun)
       K.Disabled = true;
+    if (!K.Disabled && P.record(FrameLocals))
+      K.RecordFailRun = 0;
+    else if (!K.Disabled && ++K.RecordFailRun >= SkipState::MaxMissRun)
+      K.Disabled = true;
+    return Ok;
   }
   int Ok = runFull(T, FrameLocals);
   if (Ok && !K.Disabled && !P.valid()) {

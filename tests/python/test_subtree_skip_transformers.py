@@ -375,9 +375,6 @@ def test_fresh_input_marked_dynamic():
     pair.step(lambda m: None, x=x, recompiles=True)
 
 
-@pytest.mark.xfail(strict=True, reason="performance, not correctness: alternating positional "
-                   "and keyword calls (two cache entries of one code object) re-record on every "
-                   "call and never skip; each style alone skips")
 def test_alternating_call_styles_keep_skipping():
     from torch._dynamo.testing import CompileCounter
 
