@@ -127,7 +127,7 @@ def attach(model: torch.nn.Module, side: str, backend: str,
 
 
 def run(s: Settings, progress: bool = True) -> dict[str, Any]:
-    from guardjit.bench.report import environment
+    from guardjit.bench.report import run_record
 
     bar = Progress(2 + len(SIDES) + s.rounds, progress)
     threads = torch.get_num_threads()
@@ -140,11 +140,7 @@ def run(s: Settings, progress: bool = True) -> dict[str, Any]:
     finally:
         torch.set_num_threads(threads)
         bar.close()
-    env = environment()
-    env["settings"] = dataclasses.asdict(s)
-    env["torch_threads"] = 1
-    env["wall_s"] = time.perf_counter() - start
-    out.update({"machine": env.pop("machine"), "run": env})
+    out.update(run_record(s, start))
     return out
 
 

@@ -39,6 +39,19 @@ def environment() -> dict[str, Any]:
     return {"machine": machine, "versions": versions}
 
 
+
+def run_record(settings: Any, start: float) -> dict[str, Any]:
+    """{"machine": ..., "run": ...} of a bench run that started at `start`
+    (time.perf_counter()) with dataclass `settings`, one intra-op thread."""
+    import dataclasses
+    import time
+
+    env = environment()
+    env["settings"] = dataclasses.asdict(settings)
+    env["torch_threads"] = 1
+    env["wall_s"] = time.perf_counter() - start
+    return {"machine": env.pop("machine"), "run": env}
+
 def _f(x: Any, fmt: str = "{:.2f}") -> str:
     if x is None:
         return "-"

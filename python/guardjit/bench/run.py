@@ -806,7 +806,7 @@ class Progress:
 
 def run(names: list[str], s: Settings, progress: bool = True) -> dict[str, Any]:
     from guardjit.bench.corpus import CORPUS
-    from guardjit.bench.report import environment
+    from guardjit.bench.report import run_record
 
     bar = Progress(len(names) * STEPS_PER_MODEL, progress)
     plugin.config.opt_level = s.opt_level
@@ -822,8 +822,4 @@ def run(names: list[str], s: Settings, progress: bool = True) -> dict[str, Any]:
     finally:
         torch.set_num_threads(threads)
         bar.close()
-    env = environment()
-    env["settings"] = dataclasses.asdict(s)
-    env["torch_threads"] = 1
-    env["wall_s"] = time.perf_counter() - start
-    return {"machine": env.pop("machine"), "run": env, "models": results}
+    return {**run_record(s, start), "models": results}
