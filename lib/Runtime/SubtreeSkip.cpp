@@ -13,9 +13,11 @@
 //     hidden slot for the instance dict behind attribute reads) and the
 //     validation steps in tree order;
 //  3. build R: every guard the steps imply is dropped, the others are copied
-//     with stable operands read from their slots;
-//  4. decline when R could run Python code (SubtreeSkip.h: a skipped check
-//     must be atomic) or nothing is skipped.
+//     with stable operands read from their slots, except the guards that may
+//     run Python (or read through a read that may), which go to the prelude
+//     with F's own reads (SubtreeSkip.h: validation and R must be atomic);
+//  4. decline when nothing is skipped or the cost model says the plan does
+//     not pay.
 //
 //===----------------------------------------------------------------------===//
 #include "guardjit/Runtime/SubtreeSkip.h"
@@ -85,8 +87,7 @@ int64_t fieldAttrOffset(PyObject *Owner, PyObject *Name) {
 
 /// The non-negative tuple index a TupleGetItem reads, or a GetItem with an
 /// int key in [0, 2^62); -1 otherwise.
-int64_t tupleIndex(const GuardSet &S, const Value &V, PyObject *const *Objs) {
-  (void)S;
+int64_t tupleIndex(const Value &V, PyObject *const *Objs) {
   if (V.Kind == AccessorKind::TupleGetItem)
     return V.Index;
   if (V.Kind != AccessorKind::GetItem || V.Key == InvalidId ||
@@ -148,7 +149,6 @@ bool isDictGuard(GuardKind K) {
 /// (Accessors.def `Residual`).
 bool residualAccessorOk(const GuardSet &S, const Value &V,
                         PyObject *const *Objs) {
-  (void)S;
   switch (residualUse(V.Kind)) {
   case ResidualUse::Residual:
     return true;
@@ -258,7 +258,7 @@ void SkipPlanBuilder::classify() {
         S.value(V.Parent).Kind == AccessorKind::FrameLocal) {
       PyObject *P = Probe[V.Parent];
       PyObject *X = nullptr;
-      int64_t Index = tupleIndex(S, V, Objs);
+      int64_t Index = tupleIndex(V, Objs);
       if (Index >= 0 && PyTuple_CheckExact(P) && Index < PyTuple_GET_SIZE(P))
         X = PyTuple_GET_ITEM(P, Index);
       else if ((V.Kind == AccessorKind::DictGetItem ||
@@ -346,7 +346,7 @@ void SkipPlanBuilder::classify() {
     case AccessorKind::GetItem: {
       if (PyTuple_CheckExact(P)) {
         // tuple.__getitem__ with an int: as TupleGetItem below.
-        int64_t Index = tupleIndex(S, V, Objs);
+        int64_t Index = tupleIndex(V, Objs);
         if (Roles[V.Parent] != Role::Anchor && Index >= 0 &&
             Index < PyTuple_GET_SIZE(P))
           X = PyTuple_GET_ITEM(P, Index);
@@ -517,7 +517,7 @@ void SkipPlanBuilder::layout(SkipPlan &P) {
     case AccessorKind::GetItem: {
       if (PyTuple_CheckExact(Probe[V.Parent])) {
         X.K = Roles[I] == Role::Anchor ? Slot::AnchorItem : Slot::TupleItem;
-        X.Index = tupleIndex(S, V, Objs);
+        X.Index = tupleIndex(V, Objs);
         break;
       }
       if (PyDict_CheckExact(Probe[V.Parent])) {
@@ -536,7 +536,7 @@ void SkipPlanBuilder::layout(SkipPlan &P) {
       break;
     case AccessorKind::TupleGetItem:
       X.K = Roles[I] == Role::Anchor ? Slot::AnchorItem : Slot::TupleItem;
-      X.Index = tupleIndex(S, V, Objs);
+      X.Index = tupleIndex(V, Objs);
       break;
     case AccessorKind::Code:
     case AccessorKind::FuncDefaults:
@@ -747,16 +747,15 @@ SkipPlanBuilder::buildResidual(SkipPlan &P, std::string *WhyNot) {
     NV.Parent = Self(Self, NV.Parent);
     return PreMap[I] = Pre->addValue(NV);
   };
-  auto toPrelude = [&]() -> GuardSet & {
+  auto needPrelude = [&] {
     if (!Pre)
       Pre = newSet(".prelude");
-    return *Pre;
   };
   // Every live value is read, as in F (a read with no guard is a check).
   for (ValueId I = 1; I < N; ++I)
     if (Roles[I] == Role::Live) {
       if (Tainted[I]) {
-        toPrelude();
+        needPrelude();
         preMap(preMap, I);
       } else {
         map(map, I);
@@ -789,7 +788,7 @@ SkipPlanBuilder::buildResidual(SkipPlan &P, std::string *WhyNot) {
       Python = Python || Tainted[Op];
     Guard NG = G;
     if (Python) {
-      toPrelude();
+      needPrelude();
       for (ValueId &Op : NG.Operands)
         Op = preMap(preMap, Op);
       Pre->addGuard(std::move(NG));
