@@ -232,6 +232,10 @@ def run(cases: int, seed: int = 0, models: list[str] | None = None,
     deadline = None if time_limit_s is None else start + time_limit_s
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    # Every unit that can have a skip plan gets one: the fuzzer tests that
+    # plans are sound, not only the plans the cost model finds worth it.
+    cost_model = plugin.config.subtree_skip_cost_model
+    plugin.config.subtree_skip_cost_model = False
     # The end-to-end sample compiles invalid programs too (Dynamo logs them).
     quiet = [logging.getLogger(n) for n in ("torch._dynamo", "torch._subclasses.fake_tensor")]
     levels = [q.level for q in quiet]
@@ -248,6 +252,7 @@ def run(cases: int, seed: int = 0, models: list[str] | None = None,
                 if n and (deadline is None or time.perf_counter() < deadline):
                     _run_stance_target(spec, n, seed, summary, bar, out_dir, deadline)
     finally:
+        plugin.config.subtree_skip_cost_model = cost_model
         torch.set_num_threads(threads)
         for q, lv in zip(quiet, levels):
             q.setLevel(lv)
