@@ -209,7 +209,7 @@ def test_cases_go_through_subtree_skipping(tmp_path):
     (mutations.Step("o.class", "L['self']._modules['a']"), "fallback"),
     (mutations.Step("delete", "L['self'].gate"), "fallback"),
 ])
-def test_skip_path_of_a_mutation(step, path):
+def test_skip_path_of_a_mutation(step, path, skip_every_plan):
     t = targets.TargetSpec("corpus", "mlp", "default").build()
     try:
         assert t.units[0].skip_stats() is not None

@@ -205,12 +205,17 @@ def compiled():
 
 
 def _agree(u, checks, fl, label, tally):
+    # Dynamo's root turns torch functions off for its check and does not turn
+    # them back on when an exception escapes it: restore this thread's state,
+    # or later tests' GLOBAL_STATE guards see it (test_torch213_kinds.py).
+    torch_function_state = torch._C._get_torch_function_state()
     try:
         expected = u.dynamo_root.check(fl)
     except RuntimeError:
         # TensorCheck::check raises for a nested tensor's strides; guardjit's
         # helper fails the check (TorchRuntime.cpp, tensorMatch).
         expected = False
+        torch._C._set_torch_function_state(torch_function_state)
     got = {lvl: c(fl) for lvl, c in checks.items()}
     interp = u.bound.interpret(fl)
     assert all(g is expected for g in got.values()) and interp is expected, (
