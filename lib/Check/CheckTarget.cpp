@@ -279,8 +279,11 @@ std::optional<SkipProfile> profileSkip(CheckTarget &T, PyObject *FrameLocals,
     Valid += P.validate(FrameLocals);
   auto Mid = Clock::now();
   int Pass = 0;
-  for (int I = 0; I < Calls; ++I)
-    Pass += RFn ? RFn(FrameLocals) : interpret(*R.Bound, FrameLocals);
+  // R reads the recorded table, which only a passing validation vouches for
+  // (a kept snapshot may hold objects freed since).
+  if (Valid == Calls)
+    for (int I = 0; I < Calls; ++I)
+      Pass += RFn ? RFn(FrameLocals) : interpret(*R.Bound, FrameLocals);
   auto End = Clock::now();
   CheckFn FFn = T.Fn.load(std::memory_order_acquire);
   for (int I = 0; I < Calls; ++I)

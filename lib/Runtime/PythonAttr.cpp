@@ -676,11 +676,17 @@ KnownAttrKind guardjit::knownAttrKind(PyObject *Obj) {
   if (!R.ModuleFn && !R.OuterFn)
     return KnownAttrKind::None;
   switch (kindOf(Py_TYPE(Obj))) {
-  case Kind::Module:
+  case Kind::Module: {
+    PyObject *const RaiseNames[] = {R.N.Type, R.N.AttributeError};
+    PyObject *const RaiseObjects[] = {
+        reinterpret_cast<PyObject *>(&PyType_Type), PyExc_AttributeError};
     return reinterpret_cast<PyFunctionObject *>(R.ModuleFn)->func_code ==
-                   R.ModuleCode
+                       R.ModuleCode &&
+                   globalsResolve(R.ModuleFn, R.ModuleRaise, RaiseNames,
+                                  RaiseObjects, 2)
                ? KnownAttrKind::Module
                : KnownAttrKind::None;
+  }
   case Kind::Config:
     return configFunctionsIntact() ? KnownAttrKind::Config
                                    : KnownAttrKind::None;

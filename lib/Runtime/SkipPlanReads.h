@@ -11,6 +11,7 @@
 
 #include "CPythonReads.h"
 #include "guardjit/Runtime/Python.h"
+#include "guardjit/Runtime/PythonAttr.h"
 #include "guardjit/Runtime/SubtreeSkip.h"
 
 #include <array>
@@ -49,6 +50,11 @@ struct SkipPlan::Slot {
   uint32_t Parent = 0; ///< slot index
   uint32_t Hidden = 0; ///< Attr: the slot of Parent's instance dict
   bool Nullable = false; ///< a hidden instance dict may be absent
+  /// Attr: found by plainRead at build time, with the steps of this
+  /// registered-function kind (or None: the generic getattr) on Parent; a
+  /// record reads it the same way only while Parent's kind is still this.
+  bool ViaPlainRead = false;
+  KnownAttrKind PlainKind = KnownAttrKind::None;
   PyObject *Key = nullptr;
   int64_t Index = -1;
   uint32_t Offset = 0;

@@ -68,8 +68,11 @@ bool SkipPlan::readSlot(size_t I, PyObject *FrameLocals) {
     return R || X.Nullable;
   case Slot::Attr:
     // _PyType_Lookup assigns the version tag the TypeTag step records.
+    // A value plainRead found at build is read so again only while the
+    // owner's kind is the one whose steps the plan holds (SubtreeSkip.cpp).
     R = pureAttr(P, X.Key, Table[X.Hidden]);
-    if (!R && plainRead(P, X.Key, Table[X.Hidden], &R) != AttrOutcome::Found)
+    if (!R && X.ViaPlainRead && knownAttrKind(P) == X.PlainKind &&
+        plainRead(P, X.Key, Table[X.Hidden], &R) != AttrOutcome::Found)
       R = nullptr;
     if (!versionTagValid(Py_TYPE(P)))
       R = nullptr;
@@ -139,6 +142,19 @@ bool SkipPlan::record(PyObject *FrameLocals) {
       ++Stats.RecordFailures;
       return false;
     }
+  // A guard implied because an attribute was missing holds for the objects
+  // recorded now only if it is missing on them, read the way the plan's
+  // steps pin (a class that gained __getattr__, a tensor marked dynamic
+  // since the plan was built: no snapshot).
+  for (const MissingAttr &M : MissingAttrs) {
+    PyObject *Found = nullptr;
+    if (knownAttrKind(Table[M.Slot]) != M.Kind ||
+        plainRead(Table[M.Slot], M.Name, Table[M.Dict], &Found) !=
+            AttrOutcome::Missing) {
+      ++Stats.RecordFailures;
+      return false;
+    }
+  }
   for (SkipStep &St : Steps) {
     PyObject *O = Table[St.Src];
     switch (St.K) {

@@ -216,6 +216,9 @@ private:
   /// or the config's attribute_map.
   std::vector<KnownAttrKind> KnownKind;
   std::vector<bool> ImpliedByRead; ///< per guard: NO_HASATTR proven missing
+  std::vector<PyObject *> ImpliedName; ///< per guard: the name proven missing
+  /// Values found by plainRead (not pureAttr), with their owner's kind.
+  std::vector<bool> ViaPlainRead;
   std::vector<uint32_t> SlotOf;      ///< value -> slot (InvalidId: none)
   /// A step checks type(value) every call (DictOf, Tag, TypeTag), so a
   /// TYPE_MATCH on it that passed when recorded still does.
@@ -248,6 +251,7 @@ void SkipPlanBuilder::classify() {
   AttrTracked.assign(N, false);
   ModulesTracked.assign(N, false);
   KnownKind.assign(N, KnownAttrKind::None);
+  ViaPlainRead.assign(N, false);
   for (ValueId I = 1; I < N; ++I) {
     const Value &V = S.value(I);
     // An item of a frame-local tuple or dict (`L['args'][0]`, the `self` of
@@ -331,9 +335,12 @@ void SkipPlanBuilder::classify() {
       PyObject *D = instanceDict(P, /*Materialize=*/true, &Ok);
       if (Ok)
         X = pureAttr(P, Objs[V.Key], D);
-      if (!X && Ok &&
-          trackRead(V.Parent, Objs[V.Key], &X) != AttrOutcome::Found)
-        X = nullptr;
+      if (!X && Ok) {
+        if (trackRead(V.Parent, Objs[V.Key], &X) == AttrOutcome::Found)
+          ViaPlainRead[I] = true;
+        else
+          X = nullptr;
+      }
       // pureAttr assigns a version tag through _PyType_Lookup: test again.
       if (X && versionTagValid(Py_TYPE(P))) {
         AttrTracked[V.Parent] = true;
@@ -415,6 +422,7 @@ void SkipPlanBuilder::classify() {
   // for the registered functions, the dicts they consult) steps pin:
   // implied. So is an unmarked tensor's DIMENSION_DYNAMIC_MARKING.
   ImpliedByRead.assign(S.guards().size(), false);
+  ImpliedName.assign(S.guards().size(), nullptr);
   for (size_t GI = 0; GI < S.guards().size(); ++GI) {
     const Guard &G = S.guards()[GI];
     // DIMENSION_DYNAMIC_MARKING passes at once when the tensor has no
@@ -437,6 +445,7 @@ void SkipPlanBuilder::classify() {
       AttrTracked[V] = true;
       ProbeDict[V] = D;
       ImpliedByRead[GI] = true;
+      ImpliedName[GI] = Name;
     }
   }
   // Dict guards on a stable dict become tag steps instead.
@@ -513,6 +522,8 @@ void SkipPlanBuilder::layout(SkipPlan &P) {
       X.K = Slot::Attr;
       X.Key = Objs[V.Key];
       X.Hidden = HiddenOf[V.Parent];
+      X.ViaPlainRead = ViaPlainRead[I];
+      X.PlainKind = KnownKind[V.Parent];
       break;
     case AccessorKind::GetItem: {
       if (PyTuple_CheckExact(Probe[V.Parent])) {
@@ -641,6 +652,12 @@ void SkipPlanBuilder::layout(SkipPlan &P) {
       }
     }
   }
+  for (size_t GI = 0; GI < S.guards().size(); ++GI)
+    if (ImpliedByRead[GI]) {
+      ValueId V = S.guards()[GI].Operands[0];
+      P.MissingAttrs.push_back(
+          {SlotOf[V], HiddenOf[V], ImpliedName[GI], KnownKind[V]});
+    }
   for (ValueId I = 0; I < N; ++I)
     if (AnchorUsed[I])
       ++P.NumSubtrees;

@@ -57,8 +57,10 @@ enum class KnownAttrKind : uint8_t {
 /// The registered function Py_TYPE(Obj) runs, when its per-read conditions
 /// hold now (knownGetAttr would decide). Pure reads only: no Python runs, no
 /// reference is created (type version tags may be assigned). The answer
-/// stays the same while Py_TYPE(Obj)'s version tag does and the registered
-/// functions keep their code (a SkipPlan asks again on every call). GIL held.
+/// stays the same while Py_TYPE(Obj)'s version tag does, the registered
+/// functions keep their code and cells, and the builtins their bodies use
+/// (`super`; `type`, `AttributeError`) resolve as registered (a SkipPlan asks
+/// again on every call). GIL held.
 KnownAttrKind knownAttrKind(PyObject *Obj);
 
 /// For SubtreeSkip plans (SubtreeSkip.h): `getattr(Obj, Name)` decided by

@@ -191,6 +191,17 @@ private:
   /// be deeply immutable (record() checks it): equal to an immutable
   /// constant does not make it immutable.
   std::vector<uint32_t> ImmutableSlots;
+  /// Guards implied because an attribute was missing (NO_HASATTR, an
+  /// unmarked tensor's DIMENSION_DYNAMIC_MARKING): record() proves each
+  /// missing again on the object it records, with the same kind of read,
+  /// or takes no snapshot (the build-time proof is about other objects).
+  struct MissingAttr {
+    uint32_t Slot;   ///< the object's slot
+    uint32_t Dict;   ///< its hidden instance-dict slot
+    PyObject *Name;  ///< borrowed from the bound set's objects
+    KnownAttrKind Kind;
+  };
+  std::vector<MissingAttr> MissingAttrs;
   /// Strong references to the objects the Field steps of the last record()
   /// compare with (see the file comment); released by the next record() and
   /// by the destructor (GIL held: CheckTargets die with the GIL, TierUp.h).
