@@ -146,8 +146,6 @@ def test_users_terms_core(tmp_path):
     """``--core --quick`` on an MLP and the Qwen3 model: the whole call
     against the floor, the unsafe options' lookup and the lookup per layer
     per model, in the JSON and the table."""
-    if importlib.util.find_spec("transformers") is None:
-        pytest.skip("transformers is not installed")
     json_path = tmp_path / "core.json"
     cmd = [sys.executable, "-m", "guardjit", "bench", "--core", "--quick", "--no-progress",
            "--json", str(json_path), "--models", "mlp", "qwen3-36L"]
