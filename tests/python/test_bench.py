@@ -75,8 +75,6 @@ def test_corpus_layers(quick):
     lookup_per_layer_us), and it is the model's own count."""
     assert set(LAYERS) == set(CORPUS)
     for name, factory in CORPUS.items():
-        if name in HF_MODELS and importlib.util.find_spec("transformers") is None:
-            continue
         if not quick and name in DEEP_STACKS + ("param-heavy",):
             continue  # the same factory code as their quick sizes, only bigger
         case = factory(quick)
