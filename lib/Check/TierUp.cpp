@@ -69,15 +69,20 @@ int drainPendingCall(void *) {
 /// the graveyard. Worker thread, no GIL.
 void finishJob(std::shared_ptr<CheckTarget> T, bool Dropped, bool Failed,
                double Ms, std::string Error) {
-  bool Schedule;
   {
     std::lock_guard<std::mutex> G(S->Lock);
     --T->PendingJobs;
     if (Failed)
       T->LastCompileError = Error;
     S->Graveyard.push_back(std::move(T));
-    Schedule = !S->DrainScheduled;
-    S->DrainScheduled = true;
+    // Scheduled under the lock, before Pending drops: stopTierUp() waits on
+    // this lock for Pending == 0, so once it returns (and the host may
+    // finalize Python) no worker calls Py_AddPendingCall any more. Needs
+    // neither the GIL nor a thread state. On failure (the queue of pending
+    // calls is full) the next schedule()/wait() drains instead.
+    if (!S->DrainScheduled && !S->Stopped &&
+        Py_AddPendingCall(drainPendingCall, nullptr) == 0)
+      S->DrainScheduled = true;
     --S->Stats.Pending;
     S->Stats.Dropped += Dropped;
     S->Stats.Failed += Failed;
@@ -86,12 +91,6 @@ void finishJob(std::shared_ptr<CheckTarget> T, bool Dropped, bool Failed,
     if (Failed)
       S->Stats.LastError = std::move(Error);
     S->Idle.notify_all();
-  }
-  // Needs neither the GIL nor a thread state. On failure (the queue of
-  // pending calls is full) the next schedule()/wait() drains instead.
-  if (Schedule && Py_AddPendingCall(drainPendingCall, nullptr) != 0) {
-    std::lock_guard<std::mutex> G(S->Lock);
-    S->DrainScheduled = false;
   }
 }
 
