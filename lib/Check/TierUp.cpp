@@ -64,6 +64,31 @@ int drainPendingCall(void *) {
   return 0;
 }
 
+#if PY_VERSION_HEX < 0x030C0000
+} // namespace
+} // namespace guardjit
+// CPython 3.11's own entry point (exported, declared only in its internal
+// headers). Py_AddPendingCall there reads the GIL holder's thread state
+// without the GIL to find the interpreter: from a thread with no thread
+// state that races with another thread deleting its own (PyGILState_Release)
+// and can read a freed one. 3.12 takes the main interpreter instead.
+extern "C" int _PyEval_AddPendingCall(PyInterpreterState *Interp,
+                                      int (*Func)(void *), void *Arg);
+namespace guardjit {
+namespace {
+#endif
+
+/// Asks the main interpreter to run drainPendingCall. Any thread, no GIL
+/// and no thread state needed; Python must not be finalized.
+bool addDrainCall() {
+#if PY_VERSION_HEX < 0x030C0000
+  return _PyEval_AddPendingCall(PyInterpreterState_Main(), drainPendingCall,
+                                nullptr) == 0;
+#else
+  return Py_AddPendingCall(drainPendingCall, nullptr) == 0;
+#endif
+}
+
 /// Hands the worker's reference to the GIL holder and counts the job done,
 /// in one step: a thread waiting for the target (waitTarget) finds it in
 /// the graveyard. Worker thread, no GIL.
@@ -77,11 +102,10 @@ void finishJob(std::shared_ptr<CheckTarget> T, bool Dropped, bool Failed,
     S->Graveyard.push_back(std::move(T));
     // Scheduled under the lock, before Pending drops: stopTierUp() waits on
     // this lock for Pending == 0, so once it returns (and the host may
-    // finalize Python) no worker calls Py_AddPendingCall any more. Needs
+    // finalize Python) no worker adds a pending call any more. Needs
     // neither the GIL nor a thread state. On failure (the queue of pending
     // calls is full) the next schedule()/wait() drains instead.
-    if (!S->DrainScheduled && !S->Stopped &&
-        Py_AddPendingCall(drainPendingCall, nullptr) == 0)
+    if (!S->DrainScheduled && !S->Stopped && addDrainCall())
       S->DrainScheduled = true;
     --S->Stats.Pending;
     S->Stats.Dropped += Dropped;
