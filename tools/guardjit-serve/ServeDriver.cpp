@@ -10,7 +10,7 @@
 //    input), read by torch::pickle_load: no Python,
 // 3. serve each: a line per request (the artifact, or the miss and its
 //    failing guards), outputs to --out (torch.load reads them: per request a
-//    list of tensors, or the miss message as a string),
+//    tuple of output tensors, empty for a miss),
 // 4. with --bench N: R interleaved rounds, each timing N passes over the
 //    requests that hit, phase by phase (describe, select, full, pick, run,
 //    serve); medians and min-max per request.
@@ -118,22 +118,16 @@ readRequests(const std::string &Path) {
 }
 
 llvm::Error writeOutputs(const std::string &Path,
-                         const std::vector<std::vector<at::Tensor>> &Outs,
-                         const std::vector<Decision> &Decs) {
-  c10::impl::GenericList L(c10::AnyType::get());
-  for (size_t I = 0; I < Outs.size(); ++I) {
-    if (Decs[I].Artifact < 0) {
-      L.push_back(c10::IValue("miss: " + Decs[I].Why));
-      continue;
-    }
-    c10::impl::GenericList T(c10::TensorType::get());
-    for (const at::Tensor &X : Outs[I])
-      T.push_back(X);
-    L.push_back(c10::IValue(T));
-  }
+                         const std::vector<std::vector<at::Tensor>> &Outs) {
+  // A tuple of tuples of tensors, a miss an empty tuple: lists would
+  // pickle with type tags, which torch.load(weights_only=True) refuses.
+  std::vector<c10::IValue> L;
+  for (const std::vector<at::Tensor> &O : Outs)
+    L.push_back(c10::ivalue::Tuple::create(
+        std::vector<c10::IValue>(O.begin(), O.end())));
   std::vector<char> Data;
   try {
-    Data = torch::jit::pickle_save(c10::IValue(L));
+    Data = torch::jit::pickle_save(c10::ivalue::Tuple::create(std::move(L)));
   } catch (const std::exception &E) {
     return fail(Path + ": cannot pickle the outputs: " + E.what());
   }
@@ -277,7 +271,7 @@ int guardjit::serve::serveMain(int Argc, char **Argv) {
     Misses += Decs[I].Artifact < 0;
   }
   if (!OutFile.empty())
-    ExitOnErr(writeOutputs(OutFile, Outs, Decs));
+    ExitOnErr(writeOutputs(OutFile, Outs));
   // 4. Bench.
   std::optional<llvm::json::Object> BenchOut;
   if (Bench)

@@ -162,6 +162,7 @@ ServeHost::create(llvm::StringRef Dir, const ServeOptions &Opts) {
 
   // 2. Guard sets.
   const llvm::json::Object *Sel = M->getObject("select");
+  H->HasSelect = Sel != nullptr;
   std::vector<std::unique_ptr<portable::PortableSet>> SelectSets;
   std::string SelectFile;
   if (Sel) {
@@ -190,13 +191,13 @@ ServeHost::create(llvm::StringRef Dir, const ServeOptions &Opts) {
       return Full.takeError();
     Art.Full = std::move(*Full);
     if (Sel) {
-      auto SN = Sel->getObject("sets")->getString(*Name);
-      if (!SN)
-        return Bad("select: no set for artifact '" + *Name + "'");
-      auto S = H->takeSet(SelectSets, *SN, SelectFile);
-      if (!S)
-        return S.takeError();
-      Art.Select = std::move(*S);
+      // An artifact without a select set is served only as the fallback.
+      if (auto SN = Sel->getObject("sets")->getString(*Name)) {
+        auto S = H->takeSet(SelectSets, *SN, SelectFile);
+        if (!S)
+          return S.takeError();
+        Art.Select = std::move(*S);
+      }
     }
     H->Artifacts.push_back(std::move(Art));
   }
@@ -313,7 +314,9 @@ llvm::Expected<bool> ServeHost::checkFull(size_t I, const Described &D,
 llvm::Expected<int> ServeHost::selectOnly(const Described &D) const {
   for (size_t I = 0; I < Artifacts.size(); ++I) {
     const Artifact &A = Artifacts[I];
-    auto Pass = check(A.Select.Set ? A.Select : A.Full, D, nullptr);
+    if (HasSelect && !A.Select.Set)
+      continue;
+    auto Pass = check(HasSelect ? A.Select : A.Full, D, nullptr);
     if (!Pass)
       return Pass.takeError();
     if (*Pass)
@@ -327,7 +330,8 @@ llvm::Expected<Decision> ServeHost::pick(const Described &D) const {
   std::string Why;
   for (size_t I = 0; I < Artifacts.size(); ++I) {
     const Artifact &A = Artifacts[I];
-    bool HasSelect = A.Select.Set != nullptr;
+    if (HasSelect && !A.Select.Set)
+      continue;
     auto Pass = check(HasSelect ? A.Select : A.Full, D, &Why);
     if (!Pass)
       return Pass.takeError();

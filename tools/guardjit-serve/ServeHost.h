@@ -57,9 +57,11 @@ struct ServeOptions {
   /// request that differs from the artifact in a guard outside the select
   /// set reaches the package.
   bool TrustSelect = false;
-  /// An artifact name: when no select set passes, the request is checked
+  /// An artifact name: when no artifact is picked, the request is checked
   /// against this artifact's full set (always, even with TrustSelect) and
-  /// dispatched there if it passes. Empty: a select miss is a miss.
+  /// dispatched there if it passes. Empty: a miss is a miss. An artifact
+  /// the manifest's select section does not list (a catch-all package, e.g.
+  /// with dynamic shapes) is reached only this way.
   std::string Fallback;
   /// A GlobalStateGuard JSON file to start the host record from; empty:
   /// the bundle's global_state.json (required then if a set has
@@ -116,8 +118,9 @@ public:
   llvm::Error describe(const std::vector<at::Tensor> &Tensors,
                        Described *Out) const;
   /// Picks the artifact: select sets in manifest order (full sets when the
-  /// bundle has none), then the chosen artifact's full set unless
-  /// TrustSelect, then the fallback.
+  /// bundle has no select section), then the chosen artifact's full set
+  /// unless TrustSelect (on a full miss the next artifacts are tried), then
+  /// the fallback. A miss names every failing guard, per artifact.
   llvm::Expected<Decision> pick(const Described &D) const;
   /// The first artifact whose select set passes (full set when the bundle
   /// has none), or -1: the first step of pick(), for benchmarks.
@@ -147,6 +150,7 @@ private:
   std::string Model;
   std::vector<portable::InputInfo> Inputs;
   std::vector<Artifact> Artifacts;
+  bool HasSelect = false; ///< the manifest has a select section
   int FallbackIndex = -1;
   std::unique_ptr<portable::GlobalStateRecord> Global;
 };

@@ -1,0 +1,186 @@
+"""tools/guardjit-serve: AOTInductor packages behind portable guard sets, served
+by a C++ process with no Python in it.
+
+The bundle (three packages of one MLP: batch 1 and 4 in float32, batch 4 in
+bfloat16, their guard sets, requests and eager outputs) is built by
+serve_bundle.py in a child Python and cached by content (GUARDJIT_SERVE_CACHE,
+set by ctest to the build tree: AOTInductor takes ~18 s per package). Then the
+host binary (GUARDJIT_SERVE_BIN, set by ctest) runs alone on the requests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pytest
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BUILDER = os.path.join(HERE, "serve_bundle.py")
+BIN = os.environ.get("GUARDJIT_SERVE_BIN", "")
+
+pytestmark = pytest.mark.skipif(
+    not BIN or not os.path.exists(BIN),
+    reason="GUARDJIT_SERVE_BIN is not set or does not exist: tools/guardjit-serve is "
+           "built only when the Torch CMake package is found; run through "
+           "`ctest -R guardjit-serve` (its configure message says why it was skipped)")
+
+
+def _key() -> str:
+    with open(BUILDER, "rb") as f:
+        h = hashlib.sha256(f.read())
+    h.update(torch.__version__.encode())
+    return h.hexdigest()[:16]
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory) -> str:
+    root = os.environ.get("GUARDJIT_SERVE_CACHE") or str(tmp_path_factory.mktemp("serve"))
+    path = os.path.join(root, f"bundle-{_key()}")
+    if os.path.exists(os.path.join(path, "expected.json")):
+        return path
+    os.makedirs(root, exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=root, prefix="building-")
+    try:
+        subprocess.run([sys.executable, BUILDER, tmp], check=True, timeout=900,
+                       stdout=subprocess.DEVNULL)
+        try:
+            os.rename(tmp, path)
+        except OSError:  # another run finished first
+            pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def serve(bundle_dir: str, *args: str) -> dict:
+    out = subprocess.run([BIN, bundle_dir, "--requests", os.path.join(bundle_dir, "requests.pt"),
+                          "--json", *args],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def expected(bundle_dir: str) -> tuple[list[dict], list]:
+    with open(os.path.join(bundle_dir, "expected.json")) as f:
+        exp = json.load(f)
+    return exp, torch.load(os.path.join(bundle_dir, "expected.pt"))
+
+
+def assert_outputs_match_eager(out_file: str, eager: list, served: list[int]):
+    outs = torch.load(out_file)
+    assert len(outs) == len(eager)
+    for i in served:
+        assert len(outs[i]) == len(eager[i]) == 1, i
+        assert outs[i][0].dtype == eager[i][0].dtype, i
+        torch.testing.assert_close(outs[i][0], eager[i][0], msg=f"request {i}")
+
+
+def test_serves_every_artifact_like_eager(bundle, tmp_path):
+    exp, eager = expected(bundle)
+    out_file = str(tmp_path / "out.pt")
+    rep = serve(bundle, "--out", out_file)
+    assert rep["artifacts"] == ["b1_float32", "b4_float32", "b4_bfloat16"]
+    hits = [i for i, e in enumerate(exp) if "artifact" in e]
+    for i in hits:
+        assert rep["requests"][i]["artifact"] == exp[i]["artifact"], rep["requests"][i]
+        assert rep["requests"][i]["via_fallback"] is False
+    assert {exp[i]["artifact"] for i in hits} == set(rep["artifacts"])
+    assert rep["misses"] == len(exp) - len(hits) > 0
+    assert_outputs_match_eager(out_file, eager, hits)
+    outs = torch.load(out_file)
+    for i, e in enumerate(exp):
+        if "miss" in e:
+            assert len(outs[i]) == 0
+
+
+def test_miss_names_the_failing_guard(bundle):
+    exp, _ = expected(bundle)
+    rep = serve(bundle)
+    for i, e in enumerate(exp):
+        if "miss" not in e:
+            continue
+        r = rep["requests"][i]
+        assert r["artifact"] is None
+        # Every artifact's failing guard is named; the expected field fails
+        # on the artifact of the same dtype and batch family.
+        for name in rep["artifacts"]:
+            assert f"{name}: TENSOR_MATCH on L['x']: " in r["why"], r["why"]
+        assert f"TENSOR_MATCH on L['x']: {e['miss']}" in r["why"], r["why"]
+    text = subprocess.run([BIN, bundle, "--requests", os.path.join(bundle, "requests.pt")],
+                          capture_output=True, text=True, check=True).stdout
+    assert "miss: b1_float32: TENSOR_MATCH on L['x']: dtype" in text
+
+
+def test_links_no_libpython():
+    out = subprocess.run(["ldd", BIN], capture_output=True, text=True, check=True).stdout
+    assert "libtorch_cpu" in out
+    assert "libpython" not in out.lower(), out
+    assert "libtorch_python" not in out, out
+
+
+def test_global_state_miss_and_trust_select(bundle, tmp_path):
+    exp, eager = expected(bundle)
+    with open(os.path.join(bundle, "global_state.json")) as f:
+        state = json.load(f)
+    state["allow_tf32"] = not state["allow_tf32"]
+    other = tmp_path / "state.json"
+    other.write_text(json.dumps(state))
+    hits = [i for i, e in enumerate(exp) if "artifact" in e]
+    # Safe default: the select set passes, the full set's GLOBAL_STATE fails.
+    rep = serve(bundle, f"--global-state={other}")
+    for i in hits:
+        r = rep["requests"][i]
+        assert r["artifact"] is None, r
+        assert f"{exp[i]['artifact']} (full set): GLOBAL_STATE" in r["why"], r["why"]
+    # --trust-select skips the full set (unsafe, as skip_guard_eval_unsafe).
+    out_file = str(tmp_path / "out.pt")
+    rep = serve(bundle, f"--global-state={other}", "--trust-select", "--out", out_file)
+    for i in hits:
+        assert rep["requests"][i]["artifact"] == exp[i]["artifact"]
+    assert_outputs_match_eager(out_file, eager, hits)
+
+
+def test_fallback_artifact(bundle, tmp_path):
+    """An artifact the select section does not list is reached only as the
+    --fallback, after its full set passes."""
+    exp, eager = expected(bundle)
+    view = tmp_path / "bundle"
+    view.mkdir()
+    for name in os.listdir(bundle):
+        if name != "manifest.json":
+            os.symlink(os.path.join(bundle, name), view / name)
+    with open(os.path.join(bundle, "manifest.json")) as f:
+        manifest = json.load(f)
+    del manifest["select"]["sets"]["b4_float32"]
+    (view / "manifest.json").write_text(json.dumps(manifest))
+    b4 = [i for i, e in enumerate(exp) if e.get("artifact") == "b4_float32"]
+    rep = serve(str(view))
+    for i in b4:
+        assert rep["requests"][i]["artifact"] is None
+    out_file = str(tmp_path / "out.pt")
+    rep = serve(str(view), "--fallback=b4_float32", "--out", out_file)
+    for i in b4:
+        assert rep["requests"][i] == {"artifact": "b4_float32", "via_fallback": True}
+    assert_outputs_match_eager(out_file, eager, b4)
+    for i, e in enumerate(exp):
+        if e.get("miss") == "stride":
+            assert "fallback b4_float32: TENSOR_MATCH on L['x']: stride" in \
+                rep["requests"][i]["why"]
+
+
+def test_bench_reports_every_phase(bundle):
+    rep = serve(bundle, "--bench=5", "--rounds=3")
+    b = rep["bench"]
+    assert b["hit_requests"] == sum(r["artifact"] is not None for r in rep["requests"])
+    for phase in ("describe", "select", "full", "pick", "run", "serve"):
+        s = b["ns_per_request"][phase]
+        assert 0 < s["min"] <= s["median"] <= s["max"], (phase, s)
+    assert b["requests_per_second"] > 0
+    assert rep["guards"]["select"] == 3 and rep["guards"]["full"] >= 6
