@@ -108,7 +108,10 @@ def main(argv: list[str] | None = None) -> int:
         description="Compiles the model a factory returns with guardjit, calls it once and "
                     "writes one .gir file per compile unit (no addresses, object ids or "
                     "install paths: see guardjit/stable_text.py). --corpus writes the "
-                    "models of tests/corpus instead (scripts/regen-corpus.sh).")
+                    "models of tests/corpus instead (scripts/regen-corpus.sh). --serve writes "
+                    "a bundle for C++ serving hosts (docs/serving.md): per bucket an "
+                    "AOTInductor package and the portable guard set of its compile unit, "
+                    "select sets that tell the buckets apart, and manifest.json.")
     export.add_argument("factory", metavar="MODULE:FACTORY", nargs="?",
                         help="a callable returning a guardjit.models.ModelCase, a "
                              "guardjit.bench.corpus.BenchCase or (model, example_args), "
@@ -119,6 +122,21 @@ def main(argv: list[str] | None = None) -> int:
                         choices=["all"] + list(GIR_CORPUS),
                         help="export these corpus entries (or all) instead of a factory: "
                              + ", ".join(GIR_CORPUS))
+    export.add_argument("--serve", metavar="MODULE:FACTORY",
+                        help="write a serve bundle (guardjit-serve/1) of the model a factory "
+                             "returns: a guardjit.serving.ServeCase (its buckets) or anything "
+                             "MODULE:FACTORY takes (its example call), e.g. "
+                             "guardjit.serving:tiny")
+    export.add_argument("--bucket", action="append", metavar="SPEC",
+                        help="--serve: one bucket derived from the factory's first example, "
+                             "batch=N,dtype=D,name=S (each optional): dim 0 of every tensor "
+                             "input becomes N, floating inputs become dtype D; repeat for "
+                             "more buckets (default: the factory's buckets)")
+    export.add_argument("--json", metavar="FILE",
+                        help="--serve: also write a summary as JSON (- for stdout, instead "
+                             "of the manifest's path)")
+    export.add_argument("--no-progress", action="store_true",
+                        help="--serve: no progress lines on stderr")
     export.add_argument("--out", required=True, metavar="DIR", help="output directory")
     export.add_argument("--backend", default="eager", help="torch.compile backend")
     export.add_argument("--quick", action="store_true",
@@ -178,8 +196,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "export":
         from guardjit import export as export_mod
 
-        if (args.factory is None) == (args.corpus is None):
-            export.error("give either MODULE:FACTORY or --corpus")
+        given = [args.factory is not None, args.corpus is not None, args.serve is not None]
+        if sum(given) != 1:
+            export.error("give one of MODULE:FACTORY, --corpus or --serve MODULE:FACTORY")
+        if args.serve is None and (args.bucket or args.json):
+            export.error("--bucket and --json go with --serve")
+        if args.json and args.json != "-":
+            try:
+                _output_file(args.json)
+            except argparse.ArgumentTypeError as e:
+                export.error(f"argument --json: {e}")
+        if args.serve is not None:
+            return export_mod.serve_main(args.serve, args.out, args.bucket, name=args.name,
+                                         quick=args.quick, json_path=args.json,
+                                         progress=not args.no_progress)
         return export_mod.main(args.factory, args.out, args.backend, args.corpus,
                                name=args.name, quick=args.quick,
                                dynamic=True if args.dynamic else None,
