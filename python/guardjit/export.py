@@ -233,9 +233,10 @@ def main(spec: str | None, out_dir: str, backend: str = "eager",
 # --- export --serve: a bundle for C++ serving hosts (guardjit/serving.py) ----
 
 def _derive_bucket(args: tuple, kwargs: dict, spec: str) -> Any:
-    """A bucket from the example and ``batch=N,dtype=D,name=S``: every tensor
-    input's dim 0 becomes N (rows repeated or cut, so integer inputs keep
-    valid values) and every floating tensor input becomes dtype D."""
+    """A bucket from the example and ``batch=N,dtype=D,name=S``: dim 0 of
+    every tensor input whose dim 0 is the first tensor's (the batch) becomes
+    N (rows repeated or cut, so integer inputs keep valid values) and every
+    floating tensor input becomes dtype D."""
     from torch.utils import _pytree as pytree
 
     from guardjit import serving
@@ -254,12 +255,15 @@ def _derive_bucket(args: tuple, kwargs: dict, spec: str) -> Any:
         if not isinstance(dtype, torch.dtype):
             raise ValueError(f"--bucket {spec!r}: unknown dtype {fields['dtype']!r}")
 
+    tensors = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+    if batch is not None and (not tensors or tensors[0].dim() == 0 or tensors[0].shape[0] == 0):
+        raise ValueError(f"--bucket {spec!r}: the first tensor input has no batch dim to resize")
+    old_batch = tensors[0].shape[0] if tensors and tensors[0].dim() else None
+
     def change(t: Any) -> Any:
         if not isinstance(t, torch.Tensor):
             return t
-        if batch is not None:
-            if t.dim() == 0 or t.shape[0] == 0:
-                raise ValueError(f"--bucket {spec!r}: an input has no dim 0 to resize")
+        if batch is not None and t.dim() and t.shape[0] == old_batch:
             reps = -(-batch // t.shape[0])
             t = t.repeat(reps, *([1] * (t.dim() - 1)))[:batch].contiguous()
         if dtype is not None and t.is_floating_point():

@@ -298,6 +298,10 @@ def _compile_units(model: torch.nn.Module, buckets: list[Bucket], names: list[st
         return units, counts, global_state
     finally:
         plugin.config.keep_units = keep_units
+        plugin.clear_units()
+        # The filter dropped every guard on the module: entries left in the
+        # cache of forward's code would serve other instances of the class.
+        torch._dynamo.reset()
 
 
 def _ir_sources(ir: Any) -> set[str]:
@@ -364,6 +368,9 @@ class Bundle:
     sets: list  # per artifact, its portable GuardSet (what <name>.gir holds)
     select: list  # per artifact, its select GuardSet (in select.gir)
     inputs: list[InputSpec]
+    # The compile units: their bound sets keep the objects that `sets` and
+    # `select` borrow alive (bind them only while this lives).
+    units: list
 
 
 def export_bundle(model: torch.nn.Module, buckets: Sequence[Any], out_dir: str, *,
@@ -518,7 +525,7 @@ def build_bundle(model: torch.nn.Module, buckets: Sequence[Any], out_dir: str, *
         f.write("\n")
     say(f"wrote {os.path.join(out_dir, 'manifest.json')} ({len(artifacts)} artifacts, "
         f"{manifest['export_s']:.0f} s)")
-    return Bundle(out_dir, manifest, sets, reduced, inputs)
+    return Bundle(out_dir, manifest, sets, reduced, inputs, units)
 
 
 def _gir_text_many(sets: list) -> str:
