@@ -64,14 +64,18 @@ def main(argv: list[str] | None = None) -> int:
     from guardjit.bench.diffsets import CONFIGS
     from guardjit.bench.scenarios import SCENARIOS
 
-    bench.add_argument("--suite", choices=("corpus", "diffsets", "memory", "latency", "generate"),
+    bench.add_argument("--suite",
+                       choices=("corpus", "diffsets", "memory", "latency", "generate", "serve"),
                        default="corpus",
                        help="what to benchmark (default: corpus); memory: resident memory "
                             "over compile/evict cycles through torch, guardjit against plain "
                             "torch in fresh processes, and the import cost; latency: the "
                             "first call against plain torch and the time until native code "
                             "is in place, per --models; generate: greedy generate() with a "
-                            "static cache on a Qwen3 model, per-token time and lookup per side")
+                            "static cache on a Qwen3 model, per-token time and lookup per side; "
+                            "serve: a Python server of AOTInductor packages (a tiny model's "
+                            "serve bundle), choosing the package by Dynamo's or guardjit's "
+                            "checks: ns per request and requests per second")
     bench.add_argument("--units", type=int, default=1000,
                        help="memory: compile units (default: 1000, --quick: 200)")
     bench.add_argument("--layers", type=int, default=None,
@@ -100,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
                        help="only the default check, lookup, end to end and torch's unsafe "
                             "options beside them (no other option, no passes): for "
                             "before/after pairs")
+    bench.add_argument("--bundle-dir", metavar="DIR",
+                       help="serve: write the bundle here (default: a temporary directory)")
     bench.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -239,6 +245,8 @@ def _bench(args: argparse.Namespace) -> int:
         return _bench_latency(args)
     if args.suite == "generate":
         return _bench_generate(args)
+    if args.suite == "serve":
+        return _bench_serve(args)
     from guardjit.bench import report, run
 
     settings = run.Settings.quick_mode() if args.quick else run.Settings()
@@ -290,6 +298,15 @@ def _bench_latency(args: argparse.Namespace) -> int:
     data = latency.run(args.models, quick=args.quick, repeats=args.repeats or 3,
                        progress=not args.no_progress)
     return _report(latency.format_text(data), data, args.json)
+
+
+def _bench_serve(args: argparse.Namespace) -> int:
+    from guardjit.bench import serve
+
+    s = serve.Settings.quick_mode() if args.quick else serve.Settings()
+    s.out = args.bundle_dir
+    data = serve.run(s, progress=not args.no_progress)
+    return _report(serve.format_text(data), data, args.json)
 
 
 def _bench_generate(args: argparse.Namespace) -> int:
