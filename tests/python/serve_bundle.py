@@ -108,7 +108,9 @@ def _record_gir(model: torch.nn.Module, x: torch.Tensor) -> str:
     keep = plugin.config.keep_units
     plugin.config.keep_units = True
     try:
-        guardjit.compile(model, backend="eager")(x)
+        # Served without grad (the host's default, --grad-mode turns it on).
+        with torch.no_grad():
+            guardjit.compile(model, backend="eager")(x)
         units = [u for u in plugin.units() if u.status != "dynamo"]
         assert len(units) == 1, [(u.name, u.status, u.reason) for u in plugin.units()]
         u = units[0]
@@ -171,7 +173,8 @@ def build_bundle(out_dir: str) -> str:
                           "set": name, "example": f"{name}.inputs.pt"})
     with open(os.path.join(out_dir, "select.gir"), "w", encoding="utf-8") as f:
         f.write(header + "\n\n" + "\n".join(select_text))
-    state = torch._C._dynamo.guards.GlobalStateGuard().__getstate__()
+    with torch.no_grad():
+        state = torch._C._dynamo.guards.GlobalStateGuard().__getstate__()
     with open(os.path.join(out_dir, "global_state.json"), "w", encoding="utf-8") as f:
         f.write(state)
     manifest = {"format": "guardjit-serve/1", "torch": torch.__version__.split("+")[0],

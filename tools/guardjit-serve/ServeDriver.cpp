@@ -2,7 +2,8 @@
 //
 //   guardjit-serve BUNDLE --requests FILE [--out FILE] [--json]
 //                  [--trust-select] [--fallback=ARTIFACT]
-//                  [--global-state=FILE] [--bench=N [--rounds=R]]
+//                  [--global-state=FILE] [--grad-mode] [--num-runners=N]
+//                  [--bench=N [--rounds=R]]
 //
 // 1. load the bundle (ServeHost::create),
 // 2. read the requests: a file `torch.save` wrote (or torch::pickle_save) of
@@ -67,6 +68,10 @@ cl::opt<std::string> GlobalState(
     cl::desc("GlobalStateGuard JSON to start the host record from "
              "(default: the bundle's global_state.json)"),
     cl::value_desc("file"), cl::cat(Cat));
+cl::opt<bool> GradMode("grad-mode", cl::init(false),
+                       cl::desc("serve with grad mode on (default off; the "
+                                "bundle's GLOBAL_STATE guard must agree)"),
+                       cl::cat(Cat));
 cl::opt<unsigned> NumRunners("num-runners", cl::init(1),
                              cl::desc("AOTInductor runners per package"),
                              cl::cat(Cat));
@@ -172,13 +177,45 @@ bench(const ServeHost &H, const std::vector<std::vector<at::Tensor>> &Reqs,
   for (size_t I : Hits)
     if (llvm::Error E = H.describe(Reqs[I], &Ds[I]))
       return E;
-  const char *Phases[] = {"describe", "select", "full", "pick", "run", "serve"};
+  std::vector<size_t> MissReqs;
+  std::vector<Described> MissDs;
+  for (size_t I = 0; I < Reqs.size(); ++I) {
+    if (Decs[I].Artifact >= 0)
+      continue;
+    MissDs.emplace_back();
+    if (llvm::Error E = H.describe(Reqs[I], &MissDs.back())) {
+      // A request the host cannot describe is not timed.
+      llvm::consumeError(std::move(E));
+      MissDs.pop_back();
+    }
+  }
+  // pick_miss: pick() over the misses (every select set fails), per miss.
+  const char *Phases[] = {"describe", "select", "full", "pick",
+                          "run",      "serve",  "pick_miss"};
   std::map<std::string, std::vector<double>> Ns;
   size_t Sink = 0;
   unsigned N = Bench;
   for (unsigned R = 0; R < Rounds; ++R) {
     for (const char *Phase : Phases) {
       std::string P = Phase;
+      if (P == "pick_miss") {
+        if (MissDs.empty())
+          continue;
+        auto T0 = Clock::now();
+        for (unsigned K = 0; K < N; ++K) {
+          for (const Described &D : MissDs) {
+            auto Dec = H.pick(D);
+            if (!Dec)
+              return Dec.takeError();
+            Sink += Dec->Why.size();
+          }
+        }
+        double Elapsed =
+            std::chrono::duration<double, std::nano>(Clock::now() - T0).count();
+        if (R >= 2 || Rounds <= 2)
+          Ns[P].push_back(Elapsed / (double(N) * MissDs.size()));
+        continue;
+      }
       auto T0 = Clock::now();
       for (unsigned K = 0; K < N; ++K) {
         for (size_t I : Hits) {
@@ -225,6 +262,8 @@ bench(const ServeHost &H, const std::vector<std::vector<at::Tensor>> &Reqs,
   }
   llvm::json::Object PerRequest;
   for (const char *Phase : Phases) {
+    if (Ns[Phase].empty())
+      continue;
     Stat S = stat(Ns[Phase]);
     PerRequest[Phase] =
         llvm::json::Object{{"median", S.Median}, {"min", S.Min}, {"max", S.Max}};
@@ -235,6 +274,7 @@ bench(const ServeHost &H, const std::vector<std::vector<at::Tensor>> &Reqs,
       {"warmup_rounds", Rounds > 2 ? 2 : 0},
       {"passes_per_round", static_cast<int64_t>(N)},
       {"hit_requests", static_cast<int64_t>(Hits.size())},
+      {"miss_requests", static_cast<int64_t>(MissDs.size())},
       {"ns_per_request", std::move(PerRequest)},
       {"requests_per_second", Serve.Median > 0 ? 1e9 / Serve.Median : 0.0},
       {"sink", static_cast<int64_t>(Sink % 2)}};
@@ -255,6 +295,7 @@ int guardjit::serve::serveMain(int Argc, char **Argv) {
   Opts.Fallback = Fallback;
   Opts.GlobalStateFile = GlobalState;
   Opts.NumRunners = NumRunners;
+  Opts.GradMode = GradMode;
   // 1. Load.
   auto T0 = Clock::now();
   std::unique_ptr<ServeHost> H = ExitOnErr(ServeHost::create(BundleDir, Opts));

@@ -62,8 +62,10 @@ llvm::Expected<llvm::json::Value> readJson(const std::string &Path) {
 }
 
 /// The bundle's (or the given) GlobalStateGuard JSON with the fields this
-/// process can read replaced by its own values.
-llvm::Expected<std::string> hostGlobalState(const std::string &Path) {
+/// process can read replaced by its own values, grad_mode by the mode run()
+/// sets.
+llvm::Expected<std::string> hostGlobalState(const std::string &Path,
+                                            bool GradMode) {
   auto V = readJson(Path);
   if (!V)
     return V.takeError();
@@ -71,7 +73,7 @@ llvm::Expected<std::string> hostGlobalState(const std::string &Path) {
   if (!O)
     return fail(Path + ": expected a JSON object");
   auto &Ctx = at::globalContext();
-  (*O)["grad_mode"] = c10::GradMode::is_enabled();
+  (*O)["grad_mode"] = GradMode;
   (*O)["num_threads"] = static_cast<int64_t>(at::get_num_threads());
   (*O)["default_dtype"] =
       static_cast<int64_t>(c10::get_default_dtype_as_scalartype());
@@ -214,7 +216,7 @@ ServeHost::create(llvm::StringRef Dir, const ServeOptions &Opts) {
                               ? join(Dir, "global_state.json")
                               : Opts.GlobalStateFile;
   if (!Opts.GlobalStateFile.empty() || llvm::sys::fs::exists(StatePath)) {
-    auto Json = hostGlobalState(StatePath);
+    auto Json = hostGlobalState(StatePath, Opts.GradMode);
     if (!Json)
       return Json.takeError();
     auto R = std::make_unique<portable::GlobalStateRecord>();
@@ -373,6 +375,7 @@ llvm::Expected<Decision> ServeHost::pick(const Described &D) const {
 llvm::Expected<std::vector<at::Tensor>>
 ServeHost::run(size_t I, const std::vector<at::Tensor> &Tensors) const {
   try {
+    c10::AutoGradMode Mode(Opts.GradMode);
     return Artifacts[I].Loader->run(Tensors);
   } catch (const std::exception &E) {
     return fail(Artifacts[I].Name + ": AOTInductor run failed: " + E.what());

@@ -16,7 +16,8 @@
 // requires_grad and the storage offset are read from the tensor. The global
 // record is the bundle's `global_state.json` (or `--global-state FILE`) with
 // the fields libtorch can read overwritten by this process's values
-// (grad_mode, num_threads, default_dtype, deterministic_algorithms[_warn_only]);
+// (num_threads, default_dtype, deterministic_algorithms[_warn_only]) and
+// grad_mode by the mode run() serves in (ServeOptions::GradMode);
 // autocast and torch-function state are Python-level switches no C++ caller
 // of this host turns on, so they keep the recorded value.
 //
@@ -67,6 +68,11 @@ struct ServeOptions {
   /// the bundle's global_state.json (required then if a set has
   /// GLOBAL_STATE).
   std::string GlobalStateFile;
+  /// Grad mode the host serves in: run() sets it (c10::AutoGradMode) on the
+  /// calling thread for the package call, and the global record says so.
+  /// Off by default: a serving host computes no gradients, and bundles are
+  /// exported under torch.no_grad().
+  bool GradMode = false;
   /// AOTIModelPackageLoader's num_runners (concurrent run() calls).
   unsigned NumRunners = 1;
 };
