@@ -264,7 +264,6 @@ llvm::Error ServeHost::describe(const std::vector<at::Tensor> &Tensors,
                 " tensors, the model takes " + llvm::Twine(Inputs.size()));
   Out->Tensors.resize(Tensors.size());
   Out->Exts.resize(Tensors.size());
-  Out->Inputs.resize(Tensors.size());
   // Dynamo's LocalState: the thread's included / excluded keys applied.
   c10::impl::LocalDispatchKeySet Local = c10::impl::tls_local_dispatch_key_set();
   for (size_t I = 0; I < Tensors.size(); ++I) {
@@ -289,9 +288,6 @@ llvm::Error ServeHost::describe(const std::vector<at::Tensor> &Tensors,
         ((T.key_set() | Local.included_) - Local.excluded_).raw_repr();
     E.PythonType = "torch.Tensor";
     E.StorageOffset = T.storage_offset();
-    Out->Inputs[I] = portable::Input();
-    Out->Inputs[I].Tensor = &D;
-    Out->Inputs[I].Ext = &E;
   }
   return llvm::Error::success();
 }
@@ -299,8 +295,11 @@ llvm::Error ServeHost::describe(const std::vector<at::Tensor> &Tensors,
 llvm::Expected<bool> ServeHost::check(const GuardSet &S, const Described &D,
                                       std::string *Why) const {
   llvm::SmallVector<portable::Input, 4> In;
-  for (unsigned K : S.InputOf)
-    In.push_back(D.Inputs[K]);
+  for (unsigned K : S.InputOf) {
+    portable::Input &X = In.emplace_back();
+    X.Tensor = &D.Tensors[K];
+    X.Ext = &D.Exts[K];
+  }
   bool Pass = false;
   std::string Error;
   if (!S.Set->check(In.data(), In.size(), Global.get(), &Pass, &Error, Why))
@@ -328,28 +327,43 @@ llvm::Expected<int> ServeHost::selectOnly(const Described &D) const {
 }
 
 llvm::Expected<Decision> ServeHost::pick(const Described &D) const {
-  Decision Dec;
+  // Misses are rare: the hot path builds no message; a miss is decided
+  // again with messages.
+  auto Dec = pickImpl(D, nullptr);
+  if (!Dec || Dec->Artifact >= 0)
+    return Dec;
   std::string Why;
+  return pickImpl(D, &Why);
+}
+
+llvm::Expected<Decision> ServeHost::pickImpl(const Described &D,
+                                             std::string *Why) const {
+  Decision Dec;
+  // Appends "<artifact>: <failing guard>" to the miss message.
+  auto Note = [&](const std::string &What) {
+    if (Why)
+      Dec.Why += (Dec.Why.empty() ? "" : "; ") + What + ": " + *Why;
+  };
   for (size_t I = 0; I < Artifacts.size(); ++I) {
     const Artifact &A = Artifacts[I];
     if (HasSelect && !A.Select.Set)
       continue;
-    auto Pass = check(HasSelect ? A.Select : A.Full, D, &Why);
+    auto Pass = check(HasSelect ? A.Select : A.Full, D, Why);
     if (!Pass)
       return Pass.takeError();
     if (!*Pass) {
-      Dec.Why += (Dec.Why.empty() ? "" : "; ") + A.Name + ": " + Why;
+      Note(A.Name);
       continue;
     }
     // Select passed: the full set decides (safe default). On a full miss
     // the next artifacts are still tried: nothing makes select sets
     // exclusive.
     if (HasSelect && !Opts.TrustSelect) {
-      auto Full = check(A.Full, D, &Why);
+      auto Full = check(A.Full, D, Why);
       if (!Full)
         return Full.takeError();
       if (!*Full) {
-        Dec.Why += (Dec.Why.empty() ? "" : "; ") + A.Name + " (full set): " + Why;
+        Note(A.Name + " (full set)");
         continue;
       }
     }
@@ -358,7 +372,7 @@ llvm::Expected<Decision> ServeHost::pick(const Described &D) const {
     return Dec;
   }
   if (FallbackIndex >= 0) {
-    auto Full = check(Artifacts[FallbackIndex].Full, D, &Why);
+    auto Full = check(Artifacts[FallbackIndex].Full, D, Why);
     if (!Full)
       return Full.takeError();
     if (*Full) {
@@ -367,7 +381,7 @@ llvm::Expected<Decision> ServeHost::pick(const Described &D) const {
       Dec.Why.clear();
       return Dec;
     }
-    Dec.Why += "; fallback " + Artifacts[FallbackIndex].Name + ": " + Why;
+    Note("fallback " + Artifacts[FallbackIndex].Name);
   }
   return Dec;
 }

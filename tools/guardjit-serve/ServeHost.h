@@ -38,6 +38,7 @@
 
 #include <ATen/Tensor.h>
 
+#include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
@@ -77,12 +78,13 @@ struct ServeOptions {
   unsigned NumRunners = 1;
 };
 
-/// One input described for the portable check: a DLTensor and a TensorExt
-/// that point into the borrowed at::Tensor (its sizes and strides).
+/// A request described for the portable check: per input a DLTensor and a
+/// TensorExt, whose data, shape and strides point into the borrowed
+/// at::Tensor (valid while it lives). Inline storage: describing a request
+/// of up to 4 inputs allocates nothing. A DLPack host fills one itself.
 struct Described {
-  std::vector<DLTensor> Tensors;
-  std::vector<portable::TensorExt> Exts;
-  std::vector<portable::Input> Inputs;
+  llvm::SmallVector<DLTensor, 4> Tensors;
+  llvm::SmallVector<portable::TensorExt, 4> Exts;
 };
 
 /// What the host decided for one request.
@@ -144,6 +146,9 @@ public:
 
 private:
   ServeHost() = default;
+  /// pick() without building miss messages when `Why` is null.
+  llvm::Expected<Decision> pickImpl(const Described &D,
+                                    std::string *Why) const;
   llvm::Expected<bool> check(const GuardSet &S, const Described &D,
                              std::string *Why) const;
   llvm::Error loadSets(llvm::StringRef Dir, llvm::StringRef File,
