@@ -268,6 +268,12 @@ bench(const ServeHost &H, const std::vector<std::vector<at::Tensor>> &Reqs,
     PerRequest[Phase] =
         llvm::json::Object{{"median", S.Median}, {"min", S.Min}, {"max", S.Max}};
   }
+  // Per-round ratio of the whole request to the package call alone (the
+  // same round, interleaved): what the check adds, robust to load drifts.
+  std::vector<double> Ratio;
+  for (size_t K = 0; K < Ns["serve"].size() && K < Ns["run"].size(); ++K)
+    Ratio.push_back(Ns["serve"][K] / Ns["run"][K]);
+  Stat R = stat(Ratio);
   Stat Serve = stat(Ns["serve"]);
   llvm::json::Object Out{
       {"rounds", static_cast<int64_t>(Rounds)},
@@ -277,6 +283,8 @@ bench(const ServeHost &H, const std::vector<std::vector<at::Tensor>> &Reqs,
       {"miss_requests", static_cast<int64_t>(MissDs.size())},
       {"ns_per_request", std::move(PerRequest)},
       {"requests_per_second", Serve.Median > 0 ? 1e9 / Serve.Median : 0.0},
+      {"serve_over_run",
+       llvm::json::Object{{"median", R.Median}, {"min", R.Min}, {"max", R.Max}}},
       {"sink", static_cast<int64_t>(Sink % 2)}};
   return Out;
 }
