@@ -154,19 +154,30 @@ def test_global_state_miss_and_trust_select(bundle, tmp_path):
     assert_outputs_match_eager(out_file, eager, hits)
 
 
+def bundle_view(bundle: str, dest, edit=None, replace: dict | None = None) -> str:
+    """A copy of ``bundle`` made of symlinks, its manifest passed through
+    ``edit``, files in ``replace`` (name -> bytes) written instead."""
+    dest.mkdir()
+    replace = replace or {}
+    for name in os.listdir(bundle):
+        if name in replace:
+            (dest / name).write_bytes(replace[name])
+        elif name != "manifest.json":
+            os.symlink(os.path.join(bundle, name), dest / name)
+    with open(os.path.join(bundle, "manifest.json")) as f:
+        manifest = json.load(f)
+    if edit:
+        edit(manifest)
+    (dest / "manifest.json").write_text(json.dumps(manifest))
+    return str(dest)
+
+
 def test_fallback_artifact(bundle, tmp_path):
     """An artifact the select section does not list is reached only as the
     --fallback, after its full set passes."""
     exp, eager = expected(bundle)
-    view = tmp_path / "bundle"
-    view.mkdir()
-    for name in os.listdir(bundle):
-        if name != "manifest.json":
-            os.symlink(os.path.join(bundle, name), view / name)
-    with open(os.path.join(bundle, "manifest.json")) as f:
-        manifest = json.load(f)
-    del manifest["select"]["sets"]["b4_float32"]
-    (view / "manifest.json").write_text(json.dumps(manifest))
+    view = bundle_view(bundle, tmp_path / "bundle",
+                       lambda m: m["select"]["sets"].pop("b4_float32"))
     b4 = [i for i, e in enumerate(exp) if e.get("artifact") == "b4_float32"]
     rep = serve(str(view))
     for i in b4:
@@ -229,3 +240,50 @@ def test_serves_export_serve_bundle(tmp_path_factory, tmp_path):
         assert len(o) == len(eager)
         for x, y in zip(o, eager):
             torch.testing.assert_close(x, y, msg=a["name"])
+
+
+def test_request_errors_are_per_request(bundle, tmp_path):
+    reqs = [[torch.randn(1, 16), torch.randn(1, 16)],  # two inputs for one
+            torch.randn(4, 16)]
+    torch.save(reqs, tmp_path / "r.pt")
+    out = subprocess.run([BIN, bundle, "--requests", str(tmp_path / "r.pt"), "--json"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 1, out.stderr
+    rep = json.loads(out.stdout)
+    assert rep["errors"] == 1
+    assert rep["requests"][0] == {"artifact": None,
+                                  "error": "the request has 2 tensors, the model takes 1"}
+    assert rep["requests"][1]["artifact"] == "b4_float32"
+    torch.save({"not": "a list"}, tmp_path / "d.pt")
+    out = subprocess.run([BIN, bundle, "--requests", str(tmp_path / "d.pt")],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 1
+    assert out.stderr.strip() == f"guardjit-serve: error: {tmp_path / 'd.pt'}: " \
+                                 "expected a list of requests"
+
+
+@pytest.mark.parametrize("case", ["format", "set", "source", "package", "fallback"])
+def test_bundle_errors_name_the_file(bundle, tmp_path, case):
+    edit, replace, args = None, None, []
+    if case == "format":
+        def edit(m): m["format"] = "guardjit-serve/0"
+        want = "manifest.json: format is not \"guardjit-serve/1\""
+    elif case == "set":
+        def edit(m): m["artifacts"][0]["set"] = "nope"
+        want = "b1_float32.gir: no guard set named 'nope'"
+    elif case == "source":
+        def edit(m): m["inputs"][0]["source"] = "L['y']"
+        want = "reads L['x'], which is not a manifest input"
+    elif case == "package":
+        replace = {"b4_float32.pt2": b"not a zip"}
+        want = "b4_float32.pt2: cannot load the AOTInductor package"
+    else:
+        args = ["--fallback=nope"]
+        want = "--fallback: no artifact named 'nope'"
+    view = bundle_view(bundle, tmp_path / "bundle", edit, replace)
+    out = subprocess.run([BIN, view, "--requests", os.path.join(bundle, "requests.pt"), *args],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 1
+    assert out.stderr.startswith("guardjit-serve: error: "), out.stderr
+    assert want in out.stderr, out.stderr
+    assert out.stdout == ""

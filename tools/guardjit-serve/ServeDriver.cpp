@@ -117,7 +117,7 @@ readRequests(const std::string &Path) {
       Out.push_back(std::move(Req));
     }
   } catch (const std::exception &E) {
-    return fail(Path + ": cannot read: " + E.what());
+    return fail(Path + ": cannot read: " + exceptionMessage(E));
   }
   return Out;
 }
@@ -134,7 +134,7 @@ llvm::Error writeOutputs(const std::string &Path,
   try {
     Data = torch::jit::pickle_save(c10::ivalue::Tuple::create(std::move(L)));
   } catch (const std::exception &E) {
-    return fail(Path + ": cannot pickle the outputs: " + E.what());
+    return fail(Path + ": cannot pickle the outputs: " + exceptionMessage(E));
   }
   std::error_code EC;
   llvm::raw_fd_ostream OS(Path, EC, llvm::sys::fs::OF_None);
@@ -314,9 +314,20 @@ int guardjit::serve::serveMain(int Argc, char **Argv) {
   // 3. Serve.
   std::vector<std::vector<at::Tensor>> Outs(Reqs.size());
   std::vector<Decision> Decs(Reqs.size());
-  size_t Misses = 0;
+  // A request that cannot be served (wrong arity, an undefined tensor, the
+  // package's run failing) is an error of that request: the others are
+  // still served, and the exit status is 1.
+  std::vector<std::string> Errors(Reqs.size());
+  size_t Misses = 0, NumErrors = 0;
   for (size_t I = 0; I < Reqs.size(); ++I) {
-    Outs[I] = ExitOnErr(H->serve(Reqs[I], &Decs[I]));
+    auto O = H->serve(Reqs[I], &Decs[I]);
+    if (!O) {
+      Errors[I] = llvm::toString(O.takeError());
+      Decs[I] = Decision();
+      ++NumErrors;
+      continue;
+    }
+    Outs[I] = std::move(*O);
     Misses += Decs[I].Artifact < 0;
   }
   if (!OutFile.empty())
@@ -330,22 +341,31 @@ int guardjit::serve::serveMain(int Argc, char **Argv) {
     for (size_t I = 0; I < Reqs.size(); ++I) {
       const Decision &D = Decs[I];
       llvm::outs() << "request " << I << ": ";
-      if (D.Artifact < 0)
+      if (!Errors[I].empty())
+        llvm::outs() << "error: " << Errors[I] << "\n";
+      else if (D.Artifact < 0)
         llvm::outs() << "miss: " << D.Why << "\n";
       else
         llvm::outs() << H->artifacts()[D.Artifact].Name
                      << (D.ViaFallback ? " (fallback)" : "") << "\n";
     }
-    llvm::outs() << Reqs.size() << " requests, " << Misses << " misses\n";
+    llvm::outs() << Reqs.size() << " requests, " << Misses << " misses";
+    if (NumErrors)
+      llvm::outs() << ", " << NumErrors << " errors";
+    llvm::outs() << "\n";
     if (BenchOut)
       llvm::outs() << llvm::formatv("{0:2}", llvm::json::Value(std::move(*BenchOut)))
                    << "\n";
-    return 0;
+    return NumErrors ? 1 : 0;
   }
   llvm::json::Array ReqJ;
-  for (const Decision &D : Decs) {
+  for (size_t I = 0; I < Decs.size(); ++I) {
+    const Decision &D = Decs[I];
     llvm::json::Object O;
-    if (D.Artifact < 0) {
+    if (!Errors[I].empty()) {
+      O["artifact"] = nullptr;
+      O["error"] = Errors[I];
+    } else if (D.Artifact < 0) {
       O["artifact"] = nullptr;
       O["why"] = D.Why;
     } else {
@@ -366,10 +386,11 @@ int guardjit::serve::serveMain(int Argc, char **Argv) {
                      {"full", static_cast<int64_t>(H->numFullGuards())}}},
       {"load_ms", LoadMs},
       {"requests", std::move(ReqJ)},
-      {"misses", static_cast<int64_t>(Misses)}};
+      {"misses", static_cast<int64_t>(Misses)},
+      {"errors", static_cast<int64_t>(NumErrors)}};
   if (BenchOut)
     Report["bench"] = std::move(*BenchOut);
   llvm::outs() << llvm::formatv("{0:2}", llvm::json::Value(std::move(Report)))
                << "\n";
-  return 0;
+  return NumErrors ? 1 : 0;
 }

@@ -88,6 +88,12 @@ llvm::Expected<std::string> hostGlobalState(const std::string &Path,
 
 } // namespace
 
+std::string guardjit::serve::exceptionMessage(const std::exception &E) {
+  if (const auto *C = dynamic_cast<const c10::Error *>(&E))
+    return C->what_without_backtrace();
+  return E.what();
+}
+
 ServeHost::~ServeHost() = default;
 
 llvm::Error
@@ -237,7 +243,7 @@ ServeHost::create(llvm::StringRef Dir, const ServeOptions &Opts) {
               std::max(1u, Opts.NumRunners));
     } catch (const std::exception &E) {
       return fail(Pkg + ": cannot load the AOTInductor package: " +
-                  E.what());
+                  exceptionMessage(E));
     }
   }
   return H;
@@ -392,7 +398,8 @@ ServeHost::run(size_t I, const std::vector<at::Tensor> &Tensors) const {
     c10::AutoGradMode Mode(Opts.GradMode);
     return Artifacts[I].Loader->run(Tensors);
   } catch (const std::exception &E) {
-    return fail(Artifacts[I].Name + ": AOTInductor run failed: " + E.what());
+    return fail(Artifacts[I].Name +
+                ": AOTInductor run failed: " + exceptionMessage(E));
   }
 }
 

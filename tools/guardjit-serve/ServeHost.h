@@ -42,6 +42,7 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -93,6 +94,9 @@ struct Decision {
   bool ViaFallback = false;
   std::string Why;       ///< a miss: the failing guard(s), per artifact
 };
+
+/// An exception's message; for c10::Error without its C++ backtrace.
+std::string exceptionMessage(const std::exception &E);
 
 class ServeHost {
 public:
