@@ -11,8 +11,10 @@ Python only prepares: it writes the bundle (``python -m guardjit export
 artifact's example input, plus four misses), then runs the host, a process
 without libpython, with ``--bench``: the host interleaves the phases in
 rounds (describe, select, full, pick, run, serve, pick_miss) and reports
-medians and min-max per request (MEASURING.md). The JSON adds the machine,
-the versions, the load average and the host's ldd.
+medians and min-max per request (MEASURING.md). A second run on the same
+bundle without its GLOBAL_STATE guards shows that guard's share of the full
+check. The JSON adds the machine, the versions, the load average and the
+host's ldd.
 """
 
 from __future__ import annotations
@@ -85,6 +87,21 @@ def main(argv: list[str] | None = None) -> int:
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
     load_after = os.getloadavg()
     report = json.loads(out.stdout)
+    # Where the full check's time goes: the same bundle without its
+    # GLOBAL_STATE guards (a variant directory of symlinks), run next.
+    variant = tempfile.mkdtemp(prefix="serve-bundle-noglobal-")
+    for name in os.listdir(bundle):
+        src = os.path.join(bundle, name)
+        if name.endswith(".gir"):
+            with open(src) as f:
+                lines = [x for x in f if not x.startswith("  guard global_state ")]
+            with open(os.path.join(variant, name), "w") as f:
+                f.writelines(lines)
+        else:
+            os.symlink(src, os.path.join(variant, name))
+    vcmd = [args.host, variant] + cmd[2:]
+    no_global = json.loads(subprocess.run(vcmd, capture_output=True, text=True,
+                                          check=True).stdout)
     ldd = subprocess.run(["ldd", args.host], capture_output=True, text=True).stdout
     libs = sorted({line.split()[0] for line in ldd.splitlines() if line.strip()})
     ns = report["bench"]["ns_per_request"]
@@ -115,6 +132,11 @@ def main(argv: list[str] | None = None) -> int:
             "serve_over_run_median_of_rounds": report["bench"]["serve_over_run"]["median"],
         },
         "host": report,
+        "variant_without_global_state": {
+            "guards": no_global["guards"],
+            "ns_per_request": {k: v["median"] for k, v in
+                               no_global["bench"]["ns_per_request"].items()},
+        },
     }
     text = json.dumps(result, indent=1) + "\n"
     if args.out:
