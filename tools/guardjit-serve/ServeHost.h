@@ -17,9 +17,10 @@
 // record is the bundle's `global_state.json` (or `--global-state FILE`) with
 // the fields libtorch can read overwritten by this process's values
 // (num_threads, default_dtype, deterministic_algorithms[_warn_only]) and
-// grad_mode by the mode run() serves in (ServeOptions::GradMode);
-// autocast and torch-function state are Python-level switches no C++ caller
-// of this host turns on, so they keep the recorded value.
+// grad_mode by the mode run() serves in (ServeOptions::GradMode).
+// Autocast and torch-function state keep the recorded values: the host does
+// not read them (torch-function modes exist only in Python; an embedder
+// that turns autocast on around pick() is outside what the check covers).
 //
 // Ownership: ServeHost owns its loaders and guard sets. Tensors passed in are
 // borrowed for the call; outputs are new tensors owned by the caller.
