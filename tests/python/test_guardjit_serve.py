@@ -291,3 +291,13 @@ def test_bundle_errors_name_the_file(bundle, tmp_path, case):
     assert out.stderr.startswith("guardjit-serve: error: "), out.stderr
     assert want in out.stderr, out.stderr
     assert out.stdout == ""
+
+
+def test_concurrent_requests_get_the_sequential_answers(bundle):
+    """ServeHost's thread contract: pick and serve from several threads at
+    once (two runners per package) answer as the sequential pass did."""
+    rep = serve(bundle, "--threads=4", "--repeat=10", "--num-runners=2")
+    c = rep["concurrent"]
+    assert c["threads"] == 4
+    assert c["served"] == 4 * 10 * len(rep["requests"])
+    assert c["mismatches"] == 0

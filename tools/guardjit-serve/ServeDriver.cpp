@@ -3,7 +3,7 @@
 //   guardjit-serve BUNDLE --requests FILE [--out FILE] [--json]
 //                  [--trust-select] [--fallback=ARTIFACT]
 //                  [--global-state=FILE] [--grad-mode] [--num-runners=N]
-//                  [--bench=N [--rounds=R]]
+//                  [--threads=N [--repeat=K]] [--bench=N [--rounds=R]]
 //
 // 1. load the bundle (ServeHost::create),
 // 2. read the requests: a file `torch.save` wrote (or torch::pickle_save) of
@@ -12,7 +12,9 @@
 // 3. serve each: a line per request (the artifact, or the miss and its
 //    failing guards), outputs to --out (torch.load reads them: per request a
 //    tuple of output tensors, empty for a miss),
-// 4. with --bench N: R interleaved rounds, each timing N passes over the
+// 4. with --threads N: every request served again from N threads at once,
+//    answers compared with the sequential ones (exit 1 if any differs);
+//    with --bench N: R interleaved rounds, each timing N passes over the
 //    requests that hit, phase by phase (describe, select, full, pick, run,
 //    serve); medians and min-max per request.
 // --json prints one JSON object with all of it instead of text.
@@ -33,7 +35,9 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <atomic>
 #include <map>
+#include <thread>
 
 using namespace guardjit;
 using namespace guardjit::serve;
@@ -75,6 +79,14 @@ cl::opt<bool> GradMode("grad-mode", cl::init(false),
 cl::opt<unsigned> NumRunners("num-runners", cl::init(1),
                              cl::desc("AOTInductor runners per package"),
                              cl::cat(Cat));
+cl::opt<unsigned> Threads(
+    "threads", cl::init(1),
+    cl::desc("also serve every request from N threads at once, "
+             "--repeat times each, and compare with the sequential answers"),
+    cl::value_desc("N"), cl::cat(Cat));
+cl::opt<unsigned> Repeat("repeat", cl::init(20),
+                         cl::desc("passes per thread with --threads"),
+                         cl::cat(Cat));
 cl::opt<unsigned> Bench("bench", cl::init(0),
                         cl::desc("time N passes over the hits per round"),
                         cl::value_desc("N"), cl::cat(Cat));
@@ -142,6 +154,47 @@ llvm::Error writeOutputs(const std::string &Path,
     return fail(Path + ": " + EC.message());
   OS.write(Data.data(), Data.size());
   return llvm::Error::success();
+}
+
+/// Serves every request `Repeat` times from `Threads` threads at once and
+/// counts answers that differ from the sequential pass (artifact, miss or
+/// error, and outputs compared exactly): ServeHost's thread contract.
+llvm::json::Object
+concurrent(const ServeHost &H, const std::vector<std::vector<at::Tensor>> &Reqs,
+           const std::vector<std::vector<at::Tensor>> &Outs,
+           const std::vector<Decision> &Decs,
+           const std::vector<std::string> &Errors) {
+  std::atomic<size_t> Served{0}, Mismatches{0};
+  std::vector<std::thread> Pool;
+  for (unsigned T = 0; T < Threads; ++T) {
+    Pool.emplace_back([&, T] {
+      for (unsigned K = 0; K < Repeat; ++K) {
+        for (size_t J = 0; J < Reqs.size(); ++J) {
+          // Each thread walks the requests from another start.
+          size_t I = (J + T) % Reqs.size();
+          Decision Dec;
+          auto O = H.serve(Reqs[I], &Dec);
+          ++Served;
+          bool Same;
+          if (!O) {
+            Same = !llvm::toString(O.takeError()).empty() && !Errors[I].empty();
+          } else {
+            Same = Errors[I].empty() && Dec.Artifact == Decs[I].Artifact &&
+                   O->size() == Outs[I].size();
+            for (size_t N = 0; Same && N < O->size(); ++N)
+              Same = (*O)[N].equal(Outs[I][N]);
+          }
+          if (!Same)
+            ++Mismatches;
+        }
+      }
+    });
+  }
+  for (std::thread &T : Pool)
+    T.join();
+  return llvm::json::Object{{"threads", static_cast<int64_t>(Threads)},
+                            {"served", static_cast<int64_t>(Served.load())},
+                            {"mismatches", static_cast<int64_t>(Mismatches.load())}};
 }
 
 using Clock = std::chrono::steady_clock;
@@ -332,7 +385,13 @@ int guardjit::serve::serveMain(int Argc, char **Argv) {
   }
   if (!OutFile.empty())
     ExitOnErr(writeOutputs(OutFile, Outs));
-  // 4. Bench.
+  // 4. Threads, bench.
+  std::optional<llvm::json::Object> ThreadsOut;
+  size_t ThreadMismatches = 0;
+  if (Threads > 1) {
+    ThreadsOut = concurrent(*H, Reqs, Outs, Decs, Errors);
+    ThreadMismatches = static_cast<size_t>(*ThreadsOut->getInteger("mismatches"));
+  }
   std::optional<llvm::json::Object> BenchOut;
   if (Bench)
     BenchOut = ExitOnErr(bench(*H, Reqs, Decs));
@@ -353,10 +412,14 @@ int guardjit::serve::serveMain(int Argc, char **Argv) {
     if (NumErrors)
       llvm::outs() << ", " << NumErrors << " errors";
     llvm::outs() << "\n";
+    if (ThreadsOut)
+      llvm::outs() << Threads << " threads: " << *ThreadsOut->getInteger("served")
+                   << " requests served, " << ThreadMismatches
+                   << " answers differ from the sequential pass\n";
     if (BenchOut)
       llvm::outs() << llvm::formatv("{0:2}", llvm::json::Value(std::move(*BenchOut)))
                    << "\n";
-    return NumErrors ? 1 : 0;
+    return NumErrors || ThreadMismatches ? 1 : 0;
   }
   llvm::json::Array ReqJ;
   for (size_t I = 0; I < Decs.size(); ++I) {
@@ -388,9 +451,11 @@ int guardjit::serve::serveMain(int Argc, char **Argv) {
       {"requests", std::move(ReqJ)},
       {"misses", static_cast<int64_t>(Misses)},
       {"errors", static_cast<int64_t>(NumErrors)}};
+  if (ThreadsOut)
+    Report["concurrent"] = std::move(*ThreadsOut);
   if (BenchOut)
     Report["bench"] = std::move(*BenchOut);
   llvm::outs() << llvm::formatv("{0:2}", llvm::json::Value(std::move(Report)))
                << "\n";
-  return NumErrors ? 1 : 0;
+  return NumErrors || ThreadMismatches ? 1 : 0;
 }
