@@ -167,6 +167,7 @@ def input_specs(model: torch.nn.Module, ep: Any, args: tuple, kwargs: dict) -> l
     source of each (derived from ``ep``'s in_spec and ``forward``'s
     signature, never from parameter names guessed)."""
     from torch.export.graph_signature import InputKind as EpInputKind
+    from torch.export.graph_signature import TensorArgument
     from torch.utils import _pytree as pytree
     from torch.export._tree_utils import reorder_kwargs
 
@@ -209,7 +210,7 @@ def input_specs(model: torch.nn.Module, ep: Any, args: tuple, kwargs: dict) -> l
         sources.append(src)
 
     users = [s for s in ep.graph_signature.input_specs if s.kind == EpInputKind.USER_INPUT]
-    user_tensors = [s for s in users if isinstance(s.arg, torch.export.graph_signature.TensorArgument)]
+    user_tensors = [s for s in users if isinstance(s.arg, TensorArgument)]
     if len(user_tensors) != len(sources):
         raise ServeExportError(f"the exported program takes {len(user_tensors)} tensor inputs, "
                                f"the example has {len(sources)}")
@@ -280,7 +281,7 @@ def _compile_units(model: torch.nn.Module, buckets: list[Bucket], names: list[st
                 compiled(*b.args, **b.kwargs)
                 new = plugin.units()[seen:]
                 if not new:
-                    prev = [n for n, u in zip(names, units)]
+                    prev = names[:len(units)]
                     raise ServeExportError(
                         f"bucket {name}: hit the compile unit of an earlier bucket "
                         f"({', '.join(prev)}): its guards do not tell them apart")
@@ -494,11 +495,10 @@ def build_bundle(model: torch.nn.Module, buckets: Sequence[Any], out_dir: str, *
             torch.save(expected, os.path.join(out_dir, f"{n}.expected.pt"))
             a["example"] = f"{n}.inputs.pt"
             a["expected"] = f"{n}.expected.pt"
-            a["example_raw"] = {"file": f"{n}.inputs.bin",
-                                "tensors": _raw_tensors(flat, os.path.join(out_dir, f"{n}.inputs.bin"))}
-            a["expected_raw"] = {"file": f"{n}.expected.bin",
-                                 "tensors": _raw_tensors(expected,
-                                                         os.path.join(out_dir, f"{n}.expected.bin"))}
+            for key, ts, stem in (("example_raw", flat, "inputs"),
+                                  ("expected_raw", expected, "expected")):
+                file = f"{n}.{stem}.bin"
+                a[key] = {"file": file, "tensors": _raw_tensors(ts, os.path.join(out_dir, file))}
         artifacts.append(a)
     with open(os.path.join(out_dir, "select.gir"), "w", encoding="utf-8", newline="\n") as f:
         f.write(_gir_text_many(reduced))

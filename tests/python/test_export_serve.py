@@ -290,3 +290,27 @@ def test_duplicate_bucket_is_a_clear_error(tmp_path):
     with pytest.raises(serving.ServeExportError, match="hit the compile unit of an earlier"):
         serving.build_bundle(case.model, [(x,), serving.Bucket((x.clone(),), name="again")],
                              str(tmp_path), progress=False)
+
+
+def test_bench_serve_quick(tmp_path):
+    """``bench --suite serve --quick`` routes every request as its bucket and
+    writes every field (no timing assertions: shared, noisy machines)."""
+    json_path = tmp_path / "serve.json"
+    r = subprocess.run([sys.executable, "-m", "guardjit", "bench", "--suite", "serve", "--quick",
+                        "--no-progress", "--json", str(json_path)],
+                       capture_output=True, text=True, timeout=900,
+                       env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    assert r.returncode == 0, r.stderr[-4000:]
+    data = json.loads(json_path.read_text())
+    assert data["artifacts"] == ["b1_float32", "b4_float32", "b16_float32", "b1_bfloat16"]
+    assert set(data["sides"]) == {"dynamo_full", "dynamo_portable", "guardjit_full",
+                                  "guardjit_select", "none"}
+    for side, d in data["sides"].items():
+        assert d["select_ns_per_request"] > 0 and d["requests_per_s"] > 0, side
+    assert data["sides"]["guardjit_select"]["check_calls_per_request"] == 3.5
+    counts = data["guard_counts"]["per_artifact"]["b4_float32"]
+    assert counts["torch_full"] > counts["torch_keep_portable"] > counts["guardjit_portable"]
+    assert counts["select"] == 1
+    assert all(c == {"guards": counts["torch_full"], "kept": counts["torch_keep_portable"]}
+               for c in data["guard_counts"]["dynamo_keep_portable"])
+    assert "guardjit_select" in r.stdout
