@@ -278,7 +278,13 @@ def _compile_units(model: torch.nn.Module, buckets: list[Bucket], names: list[st
                 torch.no_grad():
             for b, name in zip(buckets, names):
                 seen, n_counts = len(plugin.units()), len(counts)
-                compiled(*b.args, **b.kwargs)
+                try:
+                    compiled(*b.args, **b.kwargs)
+                except Exception as e:
+                    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+                    raise ServeExportError(
+                        f"bucket {name}: torch.compile(fullgraph=True) failed (the bundle needs "
+                        f"one graph per bucket): {type(e).__name__}: {first}") from e
                 new = plugin.units()[seen:]
                 if not new:
                     prev = names[:len(units)]

@@ -284,6 +284,24 @@ def test_model_that_does_not_export_is_a_clear_error(tmp_path):
                               progress=False)
 
 
+class GraphBreak(torch.nn.Module):
+    def forward(self, x):
+        x = x + 1
+        torch._dynamo.graph_break()  # nothing to torch.export, a break to Dynamo
+        return x * 2
+
+
+def test_graph_break_is_a_clear_error(tmp_path):
+    with pytest.raises(serving.ServeExportError,
+                       match=r"bucket b2_float32: torch.compile\(fullgraph=True\) failed"):
+        serving.export_bundle(GraphBreak(), [(torch.randn(2, 3),)], str(tmp_path),
+                              progress=False)
+    r = subprocess.run([sys.executable, "-m", "guardjit", "export", "--serve",
+                        "guardjit.serving:tiny", "--dynamic", "--out", str(tmp_path)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "--dynamic" in r.stderr
+
+
 def test_duplicate_bucket_is_a_clear_error(tmp_path):
     case = serving.tiny(batches=(2,), bf16_batch=None)
     x = case.buckets[0][0]
