@@ -541,6 +541,46 @@ def _gir_text_many(sets: list) -> str:
     return version_header() + "\n" + "\n".join(stable_text.normalize(s.print()) for s in sets)
 
 
+# --- the portable checker from Python (include/guardjit/portable.h) ----------
+
+# torch dtype -> DLDataType (code, bits), as torch's DLPack export names them.
+_DLPACK_DTYPES = {
+    torch.float32: (2, 32), torch.float64: (2, 64), torch.float16: (2, 16),
+    torch.bfloat16: (4, 16), torch.int64: (0, 64), torch.int32: (0, 32),
+    torch.int16: (0, 16), torch.int8: (0, 8), torch.uint8: (1, 8), torch.bool: (6, 8),
+}
+_DLPACK_DEVICES = {"cpu": 1, "cuda": 2}
+
+
+def portable_input(t: torch.Tensor, ext: bool = True) -> dict:
+    """What a host hands ``PortableSet::check`` for tensor ``t``: the DLTensor
+    fields and, with ``ext``, the TensorExt ones (the dispatch keys with this
+    thread's included / excluded keys applied, as a host computes them)."""
+    code, bits = _DLPACK_DTYPES[t.dtype]
+    d = {"sizes": list(t.shape), "strides": list(t.stride()), "code": code, "bits": bits,
+         "device_type": _DLPACK_DEVICES[t.device.type],
+         "device_id": t.device.index or 0, "data_ptr": t.data_ptr()}
+    if ext:
+        keys = ((torch._C._dispatch_keys(t).raw_repr()
+                 | torch._C._dispatch_tls_local_include_set().raw_repr())
+                & ~torch._C._dispatch_tls_local_exclude_set().raw_repr())
+        cls = type(t)
+        d.update(requires_grad=t.requires_grad, dispatch_keys=keys,
+                 python_type=f"{cls.__module__}.{cls.__qualname__}",
+                 storage_offset=t.storage_offset())
+    return d
+
+
+def load_portable(path: str) -> dict:
+    """Every set of a bundle's .gir file, loaded by the portable checker
+    (``PortableSet::load``, keep_portable_guards_unsafe first), by name."""
+    from guardjit import _core
+
+    with open(path, encoding="utf-8") as f:
+        sets = _core.portable_load(f.read(), os.path.basename(path))
+    return {s.name: s for s in sets}
+
+
 # --- a small model for tests, the bench and the walk-through -----------------
 
 class TinyServeModel(torch.nn.Module):
