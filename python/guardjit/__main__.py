@@ -207,6 +207,11 @@ def main(argv: list[str] | None = None) -> int:
             export.error("give one of MODULE:FACTORY, --corpus or --serve MODULE:FACTORY")
         if args.serve is None and (args.bucket or args.json):
             export.error("--bucket and --json go with --serve")
+        if args.serve is not None and (args.dynamic or args.install_free_tensors
+                                       or args.backend != "eager" or args.no_version_header):
+            export.error("--serve compiles with static shapes and writes version headers: "
+                         "--dynamic, --install-free-tensors, --backend and "
+                         "--no-version-header do not apply")
         if args.json and args.json != "-":
             try:
                 _output_file(args.json)

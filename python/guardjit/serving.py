@@ -167,6 +167,7 @@ def input_specs(model: torch.nn.Module, ep: Any, args: tuple, kwargs: dict) -> l
     source of each (derived from ``ep``'s in_spec and ``forward``'s
     signature, never from parameter names guessed)."""
     from torch.export.graph_signature import InputKind as EpInputKind
+    from torch.export.graph_signature import TensorArgument
     from torch.utils import _pytree as pytree
     from torch.export._tree_utils import reorder_kwargs
 
@@ -209,7 +210,7 @@ def input_specs(model: torch.nn.Module, ep: Any, args: tuple, kwargs: dict) -> l
         sources.append(src)
 
     users = [s for s in ep.graph_signature.input_specs if s.kind == EpInputKind.USER_INPUT]
-    user_tensors = [s for s in users if isinstance(s.arg, torch.export.graph_signature.TensorArgument)]
+    user_tensors = [s for s in users if isinstance(s.arg, TensorArgument)]
     if len(user_tensors) != len(sources):
         raise ServeExportError(f"the exported program takes {len(user_tensors)} tensor inputs, "
                                f"the example has {len(sources)}")
@@ -277,10 +278,16 @@ def _compile_units(model: torch.nn.Module, buckets: list[Bucket], names: list[st
                 torch.no_grad():
             for b, name in zip(buckets, names):
                 seen, n_counts = len(plugin.units()), len(counts)
-                compiled(*b.args, **b.kwargs)
+                try:
+                    compiled(*b.args, **b.kwargs)
+                except Exception as e:
+                    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+                    raise ServeExportError(
+                        f"bucket {name}: torch.compile(fullgraph=True) failed (the bundle needs "
+                        f"one graph per bucket): {type(e).__name__}: {first}") from e
                 new = plugin.units()[seen:]
                 if not new:
-                    prev = [n for n, u in zip(names, units)]
+                    prev = names[:len(units)]
                     raise ServeExportError(
                         f"bucket {name}: hit the compile unit of an earlier bucket "
                         f"({', '.join(prev)}): its guards do not tell them apart")
@@ -494,11 +501,10 @@ def build_bundle(model: torch.nn.Module, buckets: Sequence[Any], out_dir: str, *
             torch.save(expected, os.path.join(out_dir, f"{n}.expected.pt"))
             a["example"] = f"{n}.inputs.pt"
             a["expected"] = f"{n}.expected.pt"
-            a["example_raw"] = {"file": f"{n}.inputs.bin",
-                                "tensors": _raw_tensors(flat, os.path.join(out_dir, f"{n}.inputs.bin"))}
-            a["expected_raw"] = {"file": f"{n}.expected.bin",
-                                 "tensors": _raw_tensors(expected,
-                                                         os.path.join(out_dir, f"{n}.expected.bin"))}
+            for key, ts, stem in (("example_raw", flat, "inputs"),
+                                  ("expected_raw", expected, "expected")):
+                file = f"{n}.{stem}.bin"
+                a[key] = {"file": file, "tensors": _raw_tensors(ts, os.path.join(out_dir, file))}
         artifacts.append(a)
     with open(os.path.join(out_dir, "select.gir"), "w", encoding="utf-8", newline="\n") as f:
         f.write(_gir_text_many(reduced))
@@ -533,6 +539,46 @@ def _gir_text_many(sets: list) -> str:
     from guardjit.embedding import version_header
 
     return version_header() + "\n" + "\n".join(stable_text.normalize(s.print()) for s in sets)
+
+
+# --- the portable checker from Python (include/guardjit/portable.h) ----------
+
+# torch dtype -> DLDataType (code, bits), as torch's DLPack export names them.
+_DLPACK_DTYPES = {
+    torch.float32: (2, 32), torch.float64: (2, 64), torch.float16: (2, 16),
+    torch.bfloat16: (4, 16), torch.int64: (0, 64), torch.int32: (0, 32),
+    torch.int16: (0, 16), torch.int8: (0, 8), torch.uint8: (1, 8), torch.bool: (6, 8),
+}
+_DLPACK_DEVICES = {"cpu": 1, "cuda": 2}
+
+
+def portable_input(t: torch.Tensor, ext: bool = True) -> dict:
+    """What a host hands ``PortableSet::check`` for tensor ``t``: the DLTensor
+    fields and, with ``ext``, the TensorExt ones (the dispatch keys with this
+    thread's included / excluded keys applied, as a host computes them)."""
+    code, bits = _DLPACK_DTYPES[t.dtype]
+    d = {"sizes": list(t.shape), "strides": list(t.stride()), "code": code, "bits": bits,
+         "device_type": _DLPACK_DEVICES[t.device.type],
+         "device_id": t.device.index or 0, "data_ptr": t.data_ptr()}
+    if ext:
+        keys = ((torch._C._dispatch_keys(t).raw_repr()
+                 | torch._C._dispatch_tls_local_include_set().raw_repr())
+                & ~torch._C._dispatch_tls_local_exclude_set().raw_repr())
+        cls = type(t)
+        d.update(requires_grad=t.requires_grad, dispatch_keys=keys,
+                 python_type=f"{cls.__module__}.{cls.__qualname__}",
+                 storage_offset=t.storage_offset())
+    return d
+
+
+def load_portable(path: str) -> dict:
+    """Every set of a bundle's .gir file, loaded by the portable checker
+    (``PortableSet::load``, keep_portable_guards_unsafe first), by name."""
+    from guardjit import _core
+
+    with open(path, encoding="utf-8") as f:
+        sets = _core.portable_load(f.read(), os.path.basename(path))
+    return {s.name: s for s in sets}
 
 
 # --- a small model for tests, the bench and the walk-through -----------------

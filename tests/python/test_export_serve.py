@@ -126,7 +126,9 @@ def test_gir_files_parse_and_are_portable(bundle):
         assert kinds <= {"tensor_match", "dimension_marking", "global_state"}, kinds
 
 
-def test_portable_sets_pass_own_examples_and_fail_the_others(bundle):
+def test_interpreter_passes_own_examples_and_fails_the_others(bundle):
+    """The same sets in memory, checked by guardjit's interpreter on live
+    frame locals (what the plugin checks)."""
     examples = _examples(bundle)
     with torch.no_grad():
         for a, ir in zip(bundle.manifest["artifacts"], bundle.sets):
@@ -138,7 +140,71 @@ def test_portable_sets_pass_own_examples_and_fail_the_others(bundle):
                 assert not check(_f_locals(bundle, examples[a["name"]]))
 
 
-def test_select_sets_pick_exactly_the_right_artifact(bundle):
+def _portable(bundle):
+    """(full sets, select sets, global state JSON) through the C++ portable
+    checker (PortableSet::load, keep_portable_guards_unsafe first)."""
+    m = bundle.manifest
+    select = serving.load_portable(os.path.join(bundle.out_dir, m["select"]["file"]))
+    full, sel = {}, {}
+    for a in m["artifacts"]:
+        full[a["name"]] = serving.load_portable(os.path.join(bundle.out_dir, a["guards"]))[a["set"]]
+        sel[a["name"]] = select[m["select"]["sets"][a["name"]]]
+    return full, sel, _read(bundle, m["global_state"])
+
+
+def test_portable_checker_loads_every_set_with_the_manifest_inputs(bundle):
+    full, sel, _ = _portable(bundle)
+    sources = [(i["source"], i["kind"]) for i in bundle.manifest["inputs"]]
+    for a in bundle.manifest["artifacts"]:
+        assert full[a["name"]].inputs == sources
+        assert full[a["name"]].num_guards == a["guard_counts"]["guardjit_portable"]
+        assert sel[a["name"]].num_guards == a["guard_counts"]["select"]
+        assert sel[a["name"]].inputs == sources
+
+
+def test_portable_checker_passes_own_examples_and_fails_the_others(bundle):
+    full, sel, state = _portable(bundle)
+    examples = _examples(bundle)
+    grad_on = json.dumps(dict(json.loads(state), grad_mode=True))
+    for name, check in full.items():
+        for other, flat in examples.items():
+            ins = [serving.portable_input(t) for t in flat]
+            ok, why = check.check(ins, state)
+            assert ok == (name == other), (name, other, why)
+            if not ok:
+                assert why.startswith("TENSOR_MATCH on L['x']: "), why
+            # Without TensorExt the check is weaker, never different here.
+            assert check.check([serving.portable_input(t, ext=False) for t in flat],
+                               state)[0] == ok
+        # The global state is checked: another grad mode fails.
+        ok, why = check.check([serving.portable_input(t) for t in examples[name]], grad_on)
+        assert not ok and why.startswith("GLOBAL_STATE"), why
+    # A request that does not match the set's inputs is misuse, not a miss.
+    with pytest.raises(ValueError, match="takes 1 input"):
+        next(iter(full.values())).check([], state)
+
+
+def test_portable_select_sets_pick_exactly_the_right_artifact(bundle):
+    full, sel, state = _portable(bundle)
+    names = list(full)
+    requests = {n: [serving.portable_input(t) for t in flat]
+                for n, flat in _examples(bundle).items()}
+    unseen = {n: [serving.portable_input(t) for t in flat] for n, flat in (
+        ("b2_float32", [torch.randn(2, 16)]),
+        ("b1_float64", [torch.randn(1, 16, dtype=torch.float64)]),
+        ("b4_transposed", [torch.randn(16, 4).t()]),
+        ("b1_requires_grad", [torch.randn(1, 16, requires_grad=True)]))}
+    for order in itertools.permutations(names):
+        for name, ins in requests.items():
+            picked = next(n for n in order if sel[n].check(ins, state)[0])
+            assert picked == name and full[picked].check(ins, state)[0]
+        for name, ins in unseen.items():
+            assert not any(full[n].check(ins, state)[0] for n in names), name
+            picked = next((n for n in order if sel[n].check(ins, state)[0]), None)
+            assert picked is None or not full[picked].check(ins, state)[0]
+
+
+def test_interpreter_select_sets_pick_exactly_the_right_artifact(bundle):
     examples = _examples(bundle)
     names = [a["name"] for a in bundle.manifest["artifacts"]]
     full = dict(zip(names, map(_check, bundle.sets)))
@@ -284,9 +350,51 @@ def test_model_that_does_not_export_is_a_clear_error(tmp_path):
                               progress=False)
 
 
+class GraphBreak(torch.nn.Module):
+    def forward(self, x):
+        x = x + 1
+        torch._dynamo.graph_break()  # nothing to torch.export, a break to Dynamo
+        return x * 2
+
+
+def test_graph_break_is_a_clear_error(tmp_path):
+    with pytest.raises(serving.ServeExportError,
+                       match=r"bucket b2_float32: torch.compile\(fullgraph=True\) failed"):
+        serving.export_bundle(GraphBreak(), [(torch.randn(2, 3),)], str(tmp_path),
+                              progress=False)
+    r = subprocess.run([sys.executable, "-m", "guardjit", "export", "--serve",
+                        "guardjit.serving:tiny", "--dynamic", "--out", str(tmp_path)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "--dynamic" in r.stderr
+
+
 def test_duplicate_bucket_is_a_clear_error(tmp_path):
     case = serving.tiny(batches=(2,), bf16_batch=None)
     x = case.buckets[0][0]
     with pytest.raises(serving.ServeExportError, match="hit the compile unit of an earlier"):
         serving.build_bundle(case.model, [(x,), serving.Bucket((x.clone(),), name="again")],
                              str(tmp_path), progress=False)
+
+
+def test_bench_serve_quick(tmp_path):
+    """``bench --suite serve --quick`` routes every request as its bucket and
+    writes every field (no timing assertions: shared, noisy machines)."""
+    json_path = tmp_path / "serve.json"
+    r = subprocess.run([sys.executable, "-m", "guardjit", "bench", "--suite", "serve", "--quick",
+                        "--no-progress", "--json", str(json_path)],
+                       capture_output=True, text=True, timeout=900,
+                       env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    assert r.returncode == 0, r.stderr[-4000:]
+    data = json.loads(json_path.read_text())
+    assert data["artifacts"] == ["b1_float32", "b4_float32", "b16_float32", "b1_bfloat16"]
+    assert set(data["sides"]) == {"dynamo_full", "dynamo_portable", "guardjit_full",
+                                  "guardjit_select", "none"}
+    for side, d in data["sides"].items():
+        assert d["select_ns_per_request"] > 0 and d["requests_per_s"] > 0, side
+    assert data["sides"]["guardjit_select"]["check_calls_per_request"] == 3.5
+    counts = data["guard_counts"]["per_artifact"]["b4_float32"]
+    assert counts["torch_full"] > counts["torch_keep_portable"] > counts["guardjit_portable"]
+    assert counts["select"] == 1
+    assert all(c == {"guards": counts["torch_full"], "kept": counts["torch_keep_portable"]}
+               for c in data["guard_counts"]["dynamo_keep_portable"])
+    assert "guardjit_select" in r.stdout
