@@ -218,9 +218,10 @@ ServeHost::create(llvm::StringRef Dir, const ServeOptions &Opts) {
   }
 
   // 3. The global record: the process's values over the recorded ones.
-  std::string StatePath = Opts.GlobalStateFile.empty()
-                              ? join(Dir, "global_state.json")
-                              : Opts.GlobalStateFile;
+  std::string StatePath =
+      Opts.GlobalStateFile.empty()
+          ? join(Dir, M->getString("global_state").value_or("global_state.json"))
+          : Opts.GlobalStateFile;
   if (!Opts.GlobalStateFile.empty() || llvm::sys::fs::exists(StatePath)) {
     auto Json = hostGlobalState(StatePath, Opts.GradMode);
     if (!Json)

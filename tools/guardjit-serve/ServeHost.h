@@ -68,8 +68,9 @@ struct ServeOptions {
   /// with dynamic shapes) is reached only this way.
   std::string Fallback;
   /// A GlobalStateGuard JSON file to start the host record from; empty:
-  /// the bundle's global_state.json (required then if a set has
-  /// GLOBAL_STATE).
+  /// the bundle's (the manifest's "global_state", default
+  /// global_state.json). Without either, a set with GLOBAL_STATE makes
+  /// every request an error.
   std::string GlobalStateFile;
   /// Grad mode the host serves in: run() sets it (c10::AutoGradMode) on the
   /// calling thread for the package call, and the global record says so.
