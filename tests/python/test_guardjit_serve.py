@@ -154,12 +154,16 @@ def test_global_state_miss_and_trust_select(bundle, tmp_path):
     assert_outputs_match_eager(out_file, eager, hits)
 
 
-def bundle_view(bundle: str, dest, edit=None, replace: dict | None = None) -> str:
+def bundle_view(bundle: str, dest, edit=None, replace: dict | None = None,
+                drop: tuple = ()) -> str:
     """A copy of ``bundle`` made of symlinks, its manifest passed through
-    ``edit``, files in ``replace`` (name -> bytes) written instead."""
+    ``edit``, files in ``replace`` (name -> bytes) written instead, files in
+    ``drop`` left out."""
     dest.mkdir()
     replace = replace or {}
     for name in os.listdir(bundle):
+        if name in drop:
+            continue
         if name in replace:
             (dest / name).write_bytes(replace[name])
         elif name != "manifest.json":
@@ -301,3 +305,16 @@ def test_concurrent_requests_get_the_sequential_answers(bundle):
     assert c["threads"] == 4
     assert c["served"] == 4 * 10 * len(rep["requests"])
     assert c["mismatches"] == 0
+
+
+def test_no_global_state_record_is_a_request_error(bundle, tmp_path):
+    view = bundle_view(bundle, tmp_path / "bundle", drop=("global_state.json",))
+    out = subprocess.run([BIN, view, "--requests", os.path.join(bundle, "requests.pt"),
+                          "--json"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 1
+    rep = json.loads(out.stdout)
+    assert rep["errors"] == len(rep["requests"])
+    assert "GLOBAL_STATE" in rep["requests"][0]["error"]
+    assert "give --global-state" in rep["requests"][0]["error"]
+    rep = serve(view, f"--global-state={os.path.join(bundle, 'global_state.json')}")
+    assert rep["errors"] == 0 and rep["misses"] == 5

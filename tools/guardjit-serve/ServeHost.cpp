@@ -310,7 +310,9 @@ llvm::Expected<bool> ServeHost::check(const GuardSet &S, const Described &D,
   bool Pass = false;
   std::string Error;
   if (!S.Set->check(In.data(), In.size(), Global.get(), &Pass, &Error, Why))
-    return fail(S.Set->name() + ": " + Error);
+    return fail(S.Set->name() + ": " + Error +
+                (Global ? "" : " (the bundle has no global state record: "
+                               "give --global-state)"));
   return Pass;
 }
 
