@@ -270,24 +270,27 @@ def test_request_errors_are_per_request(bundle, tmp_path):
                                  "expected a list of requests"
 
 
-@pytest.mark.parametrize("case", ["format", "set", "source", "package", "fallback"])
+def _set(d: dict, key, value) -> None:
+    d[key] = value
+
+
+# case -> (manifest edit, files replaced, extra arguments, expected error)
+BUNDLE_ERRORS = {
+    "format": (lambda m: _set(m, "format", "guardjit-serve/0"), None, [],
+               'manifest.json: format is not "guardjit-serve/1"'),
+    "set": (lambda m: _set(m["artifacts"][0], "set", "nope"), None, [],
+            "b1_float32.gir: no guard set named 'nope'"),
+    "source": (lambda m: _set(m["inputs"][0], "source", "L['y']"), None, [],
+               "reads L['x'], which is not a manifest input"),
+    "package": (None, {"b4_float32.pt2": b"not a zip"}, [],
+                "b4_float32.pt2: cannot load the AOTInductor package"),
+    "fallback": (None, None, ["--fallback=nope"], "--fallback: no artifact named 'nope'"),
+}
+
+
+@pytest.mark.parametrize("case", list(BUNDLE_ERRORS))
 def test_bundle_errors_name_the_file(bundle, tmp_path, case):
-    edit, replace, args = None, None, []
-    if case == "format":
-        def edit(m): m["format"] = "guardjit-serve/0"
-        want = "manifest.json: format is not \"guardjit-serve/1\""
-    elif case == "set":
-        def edit(m): m["artifacts"][0]["set"] = "nope"
-        want = "b1_float32.gir: no guard set named 'nope'"
-    elif case == "source":
-        def edit(m): m["inputs"][0]["source"] = "L['y']"
-        want = "reads L['x'], which is not a manifest input"
-    elif case == "package":
-        replace = {"b4_float32.pt2": b"not a zip"}
-        want = "b4_float32.pt2: cannot load the AOTInductor package"
-    else:
-        args = ["--fallback=nope"]
-        want = "--fallback: no artifact named 'nope'"
+    edit, replace, args, want = BUNDLE_ERRORS[case]
     view = bundle_view(bundle, tmp_path / "bundle", edit, replace)
     out = subprocess.run([BIN, view, "--requests", os.path.join(bundle, "requests.pt"), *args],
                          capture_output=True, text=True, timeout=600)
