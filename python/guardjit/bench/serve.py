@@ -47,7 +47,7 @@ SIDES = ("dynamo_full", "dynamo_portable", "guardjit_full", "guardjit_select", "
 
 @dataclasses.dataclass
 class Settings:
-    rounds: int = 31
+    rounds: int = 61
     warmup: int = 3
     requests: int = 256  # per timed batch, round robin over the buckets
     batches: tuple = (1, 4, 16)
