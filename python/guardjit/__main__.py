@@ -64,14 +64,18 @@ def main(argv: list[str] | None = None) -> int:
     from guardjit.bench.diffsets import CONFIGS
     from guardjit.bench.scenarios import SCENARIOS
 
-    bench.add_argument("--suite", choices=("corpus", "diffsets", "memory", "latency", "generate"),
+    bench.add_argument("--suite",
+                       choices=("corpus", "diffsets", "memory", "latency", "generate", "serve"),
                        default="corpus",
                        help="what to benchmark (default: corpus); memory: resident memory "
                             "over compile/evict cycles through torch, guardjit against plain "
                             "torch in fresh processes, and the import cost; latency: the "
                             "first call against plain torch and the time until native code "
                             "is in place, per --models; generate: greedy generate() with a "
-                            "static cache on a Qwen3 model, per-token time and lookup per side")
+                            "static cache on a Qwen3 model, per-token time and lookup per side; "
+                            "serve: a Python server of AOTInductor packages (a tiny model's "
+                            "serve bundle), choosing the package by Dynamo's or guardjit's "
+                            "checks: ns per request and requests per second")
     bench.add_argument("--units", type=int, default=1000,
                        help="memory: compile units (default: 1000, --quick: 200)")
     bench.add_argument("--layers", type=int, default=None,
@@ -100,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
                        help="only the default check, lookup, end to end and torch's unsafe "
                             "options beside them (no other option, no passes): for "
                             "before/after pairs")
+    bench.add_argument("--bundle-dir", metavar="DIR",
+                       help="serve: write the bundle here (default: a temporary directory)")
     bench.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -108,7 +114,10 @@ def main(argv: list[str] | None = None) -> int:
         description="Compiles the model a factory returns with guardjit, calls it once and "
                     "writes one .gir file per compile unit (no addresses, object ids or "
                     "install paths: see guardjit/stable_text.py). --corpus writes the "
-                    "models of tests/corpus instead (scripts/regen-corpus.sh).")
+                    "models of tests/corpus instead (scripts/regen-corpus.sh). --serve writes "
+                    "a bundle for C++ serving hosts (docs/serving.md): per bucket an "
+                    "AOTInductor package and the portable guard set of its compile unit, "
+                    "select sets that tell the buckets apart, and manifest.json.")
     export.add_argument("factory", metavar="MODULE:FACTORY", nargs="?",
                         help="a callable returning a guardjit.models.ModelCase, a "
                              "guardjit.bench.corpus.BenchCase or (model, example_args), "
@@ -119,6 +128,21 @@ def main(argv: list[str] | None = None) -> int:
                         choices=["all"] + list(GIR_CORPUS),
                         help="export these corpus entries (or all) instead of a factory: "
                              + ", ".join(GIR_CORPUS))
+    export.add_argument("--serve", metavar="MODULE:FACTORY",
+                        help="write a serve bundle (guardjit-serve/1) of the model a factory "
+                             "returns: a guardjit.serving.ServeCase (its buckets) or anything "
+                             "MODULE:FACTORY takes (its example call), e.g. "
+                             "guardjit.serving:tiny")
+    export.add_argument("--bucket", action="append", metavar="SPEC",
+                        help="--serve: one bucket derived from the factory's first example, "
+                             "batch=N,dtype=D,name=S (each optional): dim 0 of every tensor "
+                             "input becomes N, floating inputs become dtype D; repeat for "
+                             "more buckets (default: the factory's buckets)")
+    export.add_argument("--json", metavar="FILE",
+                        help="--serve: also write a summary as JSON (- for stdout, instead "
+                             "of the manifest's path)")
+    export.add_argument("--no-progress", action="store_true",
+                        help="--serve: no progress lines on stderr")
     export.add_argument("--out", required=True, metavar="DIR", help="output directory")
     export.add_argument("--backend", default="eager", help="torch.compile backend")
     export.add_argument("--quick", action="store_true",
@@ -178,8 +202,25 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "export":
         from guardjit import export as export_mod
 
-        if (args.factory is None) == (args.corpus is None):
-            export.error("give either MODULE:FACTORY or --corpus")
+        given = [args.factory is not None, args.corpus is not None, args.serve is not None]
+        if sum(given) != 1:
+            export.error("give one of MODULE:FACTORY, --corpus or --serve MODULE:FACTORY")
+        if args.serve is None and (args.bucket or args.json):
+            export.error("--bucket and --json go with --serve")
+        if args.serve is not None and (args.dynamic or args.install_free_tensors
+                                       or args.backend != "eager" or args.no_version_header):
+            export.error("--serve compiles with static shapes and writes version headers: "
+                         "--dynamic, --install-free-tensors, --backend and "
+                         "--no-version-header do not apply")
+        if args.json and args.json != "-":
+            try:
+                _output_file(args.json)
+            except argparse.ArgumentTypeError as e:
+                export.error(f"argument --json: {e}")
+        if args.serve is not None:
+            return export_mod.serve_main(args.serve, args.out, args.bucket, name=args.name,
+                                         quick=args.quick, json_path=args.json,
+                                         progress=not args.no_progress)
         return export_mod.main(args.factory, args.out, args.backend, args.corpus,
                                name=args.name, quick=args.quick,
                                dynamic=True if args.dynamic else None,
@@ -209,6 +250,8 @@ def _bench(args: argparse.Namespace) -> int:
         return _bench_latency(args)
     if args.suite == "generate":
         return _bench_generate(args)
+    if args.suite == "serve":
+        return _bench_serve(args)
     from guardjit.bench import report, run
 
     settings = run.Settings.quick_mode() if args.quick else run.Settings()
@@ -260,6 +303,15 @@ def _bench_latency(args: argparse.Namespace) -> int:
     data = latency.run(args.models, quick=args.quick, repeats=args.repeats or 3,
                        progress=not args.no_progress)
     return _report(latency.format_text(data), data, args.json)
+
+
+def _bench_serve(args: argparse.Namespace) -> int:
+    from guardjit.bench import serve
+
+    s = serve.Settings.quick_mode() if args.quick else serve.Settings()
+    s.out = args.bundle_dir
+    data = serve.run(s, progress=not args.no_progress)
+    return _report(serve.format_text(data), data, args.json)
 
 
 def _bench_generate(args: argparse.Namespace) -> int:

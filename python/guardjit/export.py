@@ -228,3 +228,110 @@ def main(spec: str | None, out_dir: str, backend: str = "eager",
     for p in paths:
         print(p)
     return 0 if paths else 1
+
+
+# --- export --serve: a bundle for C++ serving hosts (guardjit/serving.py) ----
+
+def _derive_bucket(args: tuple, kwargs: dict, spec: str) -> Any:
+    """A bucket from the example and ``batch=N,dtype=D,name=S``: dim 0 of
+    every tensor input whose dim 0 is the first tensor's (the batch) becomes
+    N (rows repeated or cut, so integer inputs keep valid values) and every
+    floating tensor input becomes dtype D."""
+    from torch.utils import _pytree as pytree
+
+    from guardjit import serving
+
+    fields: dict[str, str] = {}
+    for part in spec.split(","):
+        key, sep, value = part.partition("=")
+        if not sep or key.strip() not in ("batch", "dtype", "name") or not value.strip():
+            raise ValueError(f"--bucket {spec!r}: expected batch=N,dtype=D,name=S "
+                             "(each optional, at least one)")
+        fields[key.strip()] = value.strip()
+    batch = int(fields["batch"]) if "batch" in fields else None
+    dtype = None
+    if "dtype" in fields:
+        dtype = getattr(torch, fields["dtype"], None)
+        if not isinstance(dtype, torch.dtype):
+            raise ValueError(f"--bucket {spec!r}: unknown dtype {fields['dtype']!r}")
+
+    tensors = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+    if batch is not None and (not tensors or tensors[0].dim() == 0 or tensors[0].shape[0] == 0):
+        raise ValueError(f"--bucket {spec!r}: the first tensor input has no batch dim to resize")
+    old_batch = tensors[0].shape[0] if tensors and tensors[0].dim() else None
+
+    def change(t: Any) -> Any:
+        if not isinstance(t, torch.Tensor):
+            return t
+        if batch is not None and t.dim() and t.shape[0] == old_batch:
+            reps = -(-batch // t.shape[0])
+            t = t.repeat(reps, *([1] * (t.dim() - 1)))[:batch].contiguous()
+        if dtype is not None and t.is_floating_point():
+            t = t.to(dtype)
+        return t
+
+    new_args, new_kwargs = pytree.tree_map(change, (tuple(args), dict(kwargs)))
+    return serving.Bucket(tuple(new_args), dict(new_kwargs), fields.get("name"))
+
+
+def serve_case(spec: str, bucket_specs: list[str] | None, quick: bool = False) -> tuple:
+    """(name, model, buckets) of a ``--serve`` factory: a
+    :class:`guardjit.serving.ServeCase` (its buckets) or anything
+    :func:`make_case` takes (its example call); ``bucket_specs`` derive the
+    buckets from the first one instead."""
+    from guardjit import serving
+
+    factory = load_factory(spec)
+    made = factory(quick=quick) if quick and _accepts_quick(factory) else factory()
+    if isinstance(made, serving.ServeCase):
+        name, model = made.name, made.model
+        buckets = [serving._as_bucket(b) for b in made.buckets]
+    else:
+        case = make_case(spec, quick)
+        name, model = case.name, case.model
+        buckets = [serving.Bucket(tuple(case.args), dict(case.kwargs))]
+    if bucket_specs:
+        base = buckets[0]
+        buckets = [_derive_bucket(base.args, base.kwargs, s) for s in bucket_specs]
+    return name, model, buckets
+
+
+def serve_main(spec: str, out_dir: str, bucket_specs: list[str] | None = None, *,
+               name: str | None = None, quick: bool = False,
+               json_path: str | None = None, progress: bool = True) -> int:
+    """``export --serve``: writes the bundle, prints the manifest's path
+    (and, with ``json_path``, a summary as JSON; ``-``: stdout)."""
+    import json
+
+    from guardjit import serving
+
+    if not guardjit.enabled():
+        return 2
+    try:
+        case_name, model, buckets = serve_case(spec, bucket_specs, quick)
+        manifest = serving.export_bundle(model, buckets, out_dir, name=name or case_name,
+                                         progress=progress)
+    except (ValueError, ImportError, AttributeError, TypeError, RuntimeError) as e:
+        print(f"guardjit export --serve: error: {e}", file=sys.stderr)
+        return 1
+    path = os.path.join(out_dir, "manifest.json")
+    summary = {
+        "manifest": path,
+        "model": manifest["model"],
+        "inputs": manifest["inputs"],
+        "export_s": manifest["export_s"],
+        "artifacts": [{"name": a["name"], "package": os.path.join(out_dir, a["package"]),
+                       "guards": os.path.join(out_dir, a["guards"]),
+                       "guard_counts": {k: v for k, v in a["guard_counts"].items()
+                                        if not k.endswith("_by_kind")},
+                       "dropped": a["dropped"]} for a in manifest["artifacts"]],
+    }
+    if json_path == "-":
+        print(json.dumps(summary, indent=1))
+    else:
+        print(path)
+        if json_path:
+            with open(json_path, "w") as f:
+                json.dump(summary, f, indent=1)
+            print(f"wrote {json_path}", file=sys.stderr)
+    return 0

@@ -22,6 +22,8 @@ void populatePass(pybind11::module_ &M);
 void populateTorch(pybind11::module_ &M);
 /// Known attribute functions (Attr.cpp).
 void populateAttr(pybind11::module_ &M);
+/// PortableSet, portable_load: portable.h's checker (Portable.cpp).
+void populatePortable(pybind11::module_ &M);
 
 } // namespace guardjit::python
 

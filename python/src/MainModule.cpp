@@ -1,7 +1,8 @@
 //===- MainModule.cpp - guardjit._core ------------------------------------===//
 //
 // The module: one populate function per area (IRCore.cpp, Check.cpp,
-// Pass.cpp, Torch.cpp, Attr.cpp), as MLIR's Python bindings are laid out.
+// Pass.cpp, Torch.cpp, Attr.cpp, Portable.cpp), as MLIR's Python bindings
+// are laid out.
 // Errors from the C++ layers become Python exceptions with their message.
 //
 //===----------------------------------------------------------------------===//
@@ -45,6 +46,7 @@ PYBIND11_MODULE(_core, M) {
 
   python::populateTorch(M);
   python::populateAttr(M);
+  python::populatePortable(M);
 
   M.attr("PY_VERSION_HEX") = PY_VERSION_HEX;
   M.attr("LLVM_VERSION") = LLVM_VERSION_STRING;
