@@ -295,9 +295,10 @@ def _compile_units(model: torch.nn.Module, buckets: list[Bucket], names: list[st
                     raise ServeExportError(f"bucket {name}: {len(new)} compile units, "
                                            "expected one")
                 u = new[0]
-                if u.recorded_ir is None:
-                    raise ServeExportError(f"bucket {name}: compile unit {u.name} was not "
-                                           f"recorded ({u.reason})")
+                if u.status == "dynamo" or u.recorded_ir is None:
+                    # Its recorded IR may be incomplete (export.py's rule).
+                    raise ServeExportError(f"bucket {name}: compile unit {u.name} stayed on "
+                                           f"Dynamo's path ({u.reason})")
                 units.append(u)
                 progress(f"{name}: compile unit {u.name}, {counts[-1].full} Dynamo guards, "
                          f"{counts[-1].kept} kept")
@@ -476,11 +477,14 @@ def build_bundle(model: torch.nn.Module, buckets: Sequence[Any], out_dir: str, *
     # 6. Files and manifest.
     artifacts = []
     for i, (b, n) in enumerate(zip(bs, names)):
+        text = _gir_text(sets[i])
+        order = _check_loads(text, f"{n}.gir", n, inputs)
         with open(os.path.join(out_dir, f"{n}.gir"), "w", encoding="utf-8", newline="\n") as f:
-            f.write(_gir_text(sets[i]))
+            f.write(text)
         c = counts[i]
         a: dict[str, Any] = {
             "name": n, "package": f"{n}.pt2", "guards": f"{n}.gir", "set": n,
+            "check_inputs": order,
             "dropped": dict(sorted(c.dropped.items())),
             "guard_counts": {
                 "guardjit_portable": sets[i].num_guards,
@@ -506,8 +510,10 @@ def build_bundle(model: torch.nn.Module, buckets: Sequence[Any], out_dir: str, *
                 file = f"{n}.{stem}.bin"
                 a[key] = {"file": file, "tensors": _raw_tensors(ts, os.path.join(out_dir, file))}
         artifacts.append(a)
+    text = _gir_text_many(reduced)
+    select_inputs = {n: _check_loads(text, "select.gir", n, inputs) for n in names}
     with open(os.path.join(out_dir, "select.gir"), "w", encoding="utf-8", newline="\n") as f:
-        f.write(_gir_text_many(reduced))
+        f.write(text)
     with open(os.path.join(out_dir, "global_state.json"), "w", encoding="utf-8") as f:
         f.write(global_state)
 
@@ -521,7 +527,7 @@ def build_bundle(model: torch.nn.Module, buckets: Sequence[Any], out_dir: str, *
         "inputs": [dataclasses.asdict(s) for s in inputs],
         "artifacts": artifacts,
         "select": {"file": "select.gir", "policy": SELECT_POLICY,
-                   "sets": {n: n for n in names},
+                   "sets": {n: n for n in names}, "check_inputs": select_inputs,
                    "guarantee": SELECT_GUARANTEE},
         "global_state": "global_state.json",
         "export_s": round(time.perf_counter() - t_start, 2),
@@ -532,6 +538,27 @@ def build_bundle(model: torch.nn.Module, buckets: Sequence[Any], out_dir: str, *
     say(f"wrote {os.path.join(out_dir, 'manifest.json')} ({len(artifacts)} artifacts, "
         f"{manifest['export_s']:.0f} s)")
     return Bundle(out_dir, manifest, sets, reduced, inputs, units)
+
+
+def _check_loads(text: str, file: str, set_name: str, inputs: list[InputSpec]) -> list[int]:
+    """The portable checker loads the set ``set_name`` of ``text`` and reads
+    only inputs of the manifest. Returns, per input of
+    ``PortableSet::inputs()`` (in that order: the order of the guards, not
+    the runner's), its index in ``inputs``."""
+    from guardjit import _core
+
+    try:
+        loaded = {s.name: s for s in _core.portable_load(text, file)}
+    except ValueError as e:
+        raise ServeExportError(f"{file}: the portable checker rejects it: {e}") from e
+    if set_name not in loaded:
+        raise ServeExportError(f"{file}: no set {set_name!r}")
+    known = {(i.source, i.kind): k for k, i in enumerate(inputs)}
+    extra = [src for src, kind in loaded[set_name].inputs if (src, kind) not in known]
+    if extra:
+        raise ServeExportError(f"{file}: set {set_name} reads {extra}, not inputs of the "
+                               "package")
+    return [known[(src, kind)] for src, kind in loaded[set_name].inputs]
 
 
 def _gir_text_many(sets: list) -> str:

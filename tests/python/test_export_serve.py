@@ -73,7 +73,9 @@ def test_manifest(bundle):
     assert m["select"]["sets"] == {n: n for n in names}
     assert m["select"]["policy"] == "minimal"
     select_text = _read(bundle, "select.gir")
+    assert m["select"]["check_inputs"] == {n: [0] for n in names}
     for a in m["artifacts"]:
+        assert a["check_inputs"] == [0]
         for key in ("package", "guards", "example", "expected"):
             assert os.path.isfile(os.path.join(bundle.out_dir, a[key])), a[key]
         text = _read(bundle, a["guards"])
@@ -303,6 +305,14 @@ def test_command_line_bundle_with_derived_buckets(tmp_path):
         assert "guard no_tensor_aliasing" in text
         assert "_parameters" not in text
         assert a["dropped"] == {"parameter": 2}
+        # The checker takes its inputs in guard order: check_inputs maps it.
+        (loaded,) = serving.load_portable(str(tmp_path / a["guards"])).values()
+        assert [m["inputs"][k]["source"] for k in a["check_inputs"]] == \
+            [src for src, _ in loaded.inputs]
+        assert sorted(a["check_inputs"]) == [0, 1, 2, 3]
+        select = serving.load_portable(str(tmp_path / "select.gir"))[a["name"]]
+        assert [m["inputs"][k]["source"] for k in m["select"]["check_inputs"][a["name"]]] == \
+            [src for src, _ in select.inputs]
     # Inputs with the batch dim are resized; bias (8,) is not.
     three = (tmp_path / "three.gir").read_text()
     assert "sizes=[3, 8]" in three and "sizes=[8]" in three
