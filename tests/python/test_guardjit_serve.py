@@ -212,11 +212,9 @@ def test_serves_export_serve_bundle(tmp_path_factory, tmp_path):
     """The bundle `python -m guardjit export --serve` writes (guardjit.serving,
     the user-facing builder): the host serves each artifact's example input
     and matches its eager output."""
-    try:
-        from guardjit import serving
-    except ImportError as e:
-        pytest.skip(f"guardjit.serving is not importable by this Python ({e}): "
-                    "the installed guardjit predates `export --serve`")
+    # scripts/test.sh installs guardjit before ctest runs: an installed
+    # guardjit without guardjit.serving is a stale install, a failure.
+    from guardjit import serving
     with open(serving.__file__, "rb") as f:
         key = hashlib.sha256(f.read() + torch.__version__.encode() + b"b2,b8bf16")
     key = key.hexdigest()[:16]
