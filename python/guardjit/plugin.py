@@ -43,7 +43,7 @@ import torch._dynamo.guards as dynamo_guards
 from torch._C._dynamo.guards import RootGuardManager
 from torch._guards import CompileContext
 
-from guardjit import _core, _logging, pyattr, recorder, stance, tiering
+from guardjit import _core, _logging, precompile, pyattr, recorder, stance, tiering
 
 _PYTHON_GUARDS = ("LAMBDA_GUARD", "LAMBDA_GUARD (epilogue)")
 
@@ -217,6 +217,14 @@ class GuardJitManagerWrapper(dynamo_guards.GuardManagerWrapper):
         finally:
             self.root = native
 
+    def check(self, x: Any) -> bool:
+        # Only Python calls this (AOTCompiledFunction.guard_check, debugging);
+        # Dynamo's lookup calls the root from C++. A miss also runs Dynamo's
+        # tree, as plain torch's check did (precompile.on_miss).
+        if self.root.check(x):
+            return True
+        return precompile.on_miss(self, x)
+
     def check_verbose(self, x: Any) -> Any:
         return self.dynamo_root.check_verbose(x)
 
@@ -254,7 +262,7 @@ def _is_active() -> bool:
 
 
 def _fallback(name: str, guards: int, reason: str, code: Any = None,
-              unexpected: bool = False, concerns: str = "") -> None:
+              unexpected: bool = False, concerns: str = "") -> str:
     # A gap guardjit documents (an unsupported accessor) is info; anything
     # else (an error, a disagreement with Dynamo) is a bug worth a warning,
     # naming the guard set (the compile id) and the guard it concerns.
@@ -267,15 +275,24 @@ def _fallback(name: str, guards: int, reason: str, code: Any = None,
     _reasons[reason] += 1
     if config.keep_units:
         _units.append(Unit(name=name, status="dynamo", guards=guards, reason=reason, code=code))
+    return reason
 
 
-def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
+def _convert(wrapper: Any, f_locals: dict, code: Any,
+             deferred: precompile.Deferred | None = None) -> str | None:
+    """Converts the unit on ``f_locals`` (the frame locals Dynamo's tree
+    just passed on); returns why it stays on Dynamo's path, None when
+    converted. ``deferred`` holds the recording of a unit built without
+    Dynamo's check, converted at its first check (precompile.py)."""
     root = wrapper.root
     # transformers may have been imported since the last unit.
     pyattr.ensure_registered()
-    compile_id = str(CompileContext.current_compile_id())
-    rec = recorder.take(root)
-    recorder.reset()  # drop abandoned recordings (e.g. the filter's first build)
+    if deferred is None:
+        compile_id = str(CompileContext.current_compile_id())
+        rec = recorder.take(root)
+        recorder.reset()  # drop abandoned recordings (e.g. the filter's first build)
+    else:
+        compile_id, rec = deferred.name, deferred.rec
     tree = recorder.count_tree_guards(root)
     total = sum(tree.values())
     _counters["units_seen"] += 1
@@ -361,6 +378,7 @@ def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
     wrapper.guardjit_ir = ir
     wrapper.guardjit_borrowed = borrowed
     wrapper.guardjit_name = compile_id
+    wrapper.guardjit_check = check
     wrapper.__class__ = GuardJitManagerWrapper
     wrapper.root = new_root
     _live_units.add(wrapper)
@@ -392,6 +410,7 @@ def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
             f_locals=f_locals if config.keep_frame_locals else None,
             recorded_ir=recorded, pipeline_stats=pipeline_stats,
             skip_declined=skip_declined))
+    return None
 
 
 _LEVELS = ("O0", "light", "O1", "O2")
@@ -521,12 +540,27 @@ def _is_empty(recorded: Any, root: Any) -> bool:
             and not root.get_accessors() and not root.get_epilogue_lambda_guards())
 
 
-def _offer(wrapper: Any, output_graph: Any, code: Any) -> None:
+def _offer(wrapper: Any, output_graph: Any, code: Any, precompiled: bool = False) -> None:
     """Runs after ``CheckFunctionManager.__init__``: converts the unit when
-    guardjit is active for it, then updates the code's differentiating roots."""
+    guardjit is active for it, then updates the code's differentiating roots.
+    ``precompiled``: built by torch's precompile (aot_compile_fullgraph)."""
     f_locals = getattr(output_graph, "local_scope", None)
     not_offered = _not_offered_reason(output_graph)
-    if not_offered:
+    if (not_offered.startswith("skip_guards_check") and _installed and _is_active()
+            and not isinstance(wrapper, GuardJitManagerWrapper)):
+        # Loaded from a precompiled artifact: converted at its first check,
+        # on the frame locals that check gets (precompile.py).
+        compile_id = CompileContext.current_compile_id()
+        name = (str(compile_id) if compile_id is not None
+                else f"precompiled {getattr(code, 'co_name', '?')}")
+        try:
+            with _lock:
+                precompile.defer(wrapper, code, name)
+        except Exception as e:  # the unit keeps Dynamo's tree
+            recorder.reset()
+            _fallback(name, 0, f"internal error: {e!r}", unexpected=True)
+        f_locals = None
+    elif not_offered:
         # Dynamo built these guards without checking them on the frame
         # locals (the hook torch calls is skipped too): nothing to verify a
         # conversion against, so the unit keeps Dynamo's tree.
@@ -542,6 +576,8 @@ def _offer(wrapper: Any, output_graph: Any, code: Any) -> None:
             try:
                 with _lock:
                     _convert(wrapper, f_locals, code)
+                if precompiled and isinstance(wrapper, GuardJitManagerWrapper):
+                    precompile.mark(wrapper)
             except Exception as e:  # never break a model that works with torch.compile
                 recorder.reset()
                 _fallback(str(CompileContext.current_compile_id()), 0,
@@ -579,8 +615,10 @@ def _wrap_init(original: Any) -> Any:
         original(self, *args, **kwargs)
         code = kwargs["f_code"] if "f_code" in kwargs else args[0]
         output_graph = kwargs["output_graph"] if "output_graph" in kwargs else args[1]
+        # Only aot_compile_fullgraph builds with strict_error (torch 2.13).
+        precompiled = bool(kwargs.get("strict_error", False))
         try:
-            _offer(self.guard_manager, output_graph, code)
+            _offer(self.guard_manager, output_graph, code, precompiled)
         except Exception as e:  # never break a compile Dynamo got right
             recorder.reset()
             log.warning("guardjit: unit of %s left on Dynamo's path after an internal "
@@ -768,6 +806,9 @@ def stats() -> dict[str, Any]:
         "tier_up": {"level": config.tier_up,
                     **{k: v for k, v in _core.tier_up_stats().items() if k != "last_error"}},
         "subtree_skip": _subtree_skip_stats(c),
+        # Precompiled artifacts (precompile.py): units loaded without
+        # Dynamo's check, converted at their first check.
+        "precompile": precompile.stats(),
     }
 
 
