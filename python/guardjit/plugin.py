@@ -169,15 +169,59 @@ _skip_checks: weakref.WeakSet = weakref.WeakSet()
 _skip_reasons: collections.Counter = collections.Counter()
 
 
-class GuardJitManagerWrapper(dynamo_guards.GuardManagerWrapper):
-    """A GuardManagerWrapper whose ``root`` runs guardjit's check.
-
-    Dynamo's original tree stays in ``dynamo_root`` and answers everything
-    that explains guards (check_verbose, printing). The differentiating root
-    (``diff_guard_root``) is guardjit's (stance.py), never a clone of that tree.
-    """
+class _DynamoTreeWrapper(dynamo_guards.GuardManagerWrapper):
+    """A GuardManagerWrapper whose ``root`` is guardjit's, while Dynamo's
+    original tree stays in ``dynamo_root`` and answers everything that
+    explains guards (check_verbose, printing)."""
 
     dynamo_root: Any
+
+    @contextlib.contextmanager
+    def _dynamo_tree(self):
+        native = self.root
+        self.root = self.dynamo_root
+        try:
+            yield
+        finally:
+            self.root = native
+
+    def check_verbose(self, x: Any) -> Any:
+        return self.dynamo_root.check_verbose(x)
+
+    def __str__(self) -> str:
+        with self._dynamo_tree():
+            return super().__str__()
+
+    def collect_diff_guard_sources(self) -> Any:
+        # Only feeds the sources torch seeds a new unit's tree with (its diff
+        # root is replaced by guardjit's, or is the full one when opaque).
+        with self._dynamo_tree():
+            return super().collect_diff_guard_sources()
+
+    def clone_with_chosen_sources(self, chosen_sources: Any) -> Any:
+        return self.dynamo_root.clone_manager(lambda m: m.get_source() in chosen_sources)
+
+    def populate_code_parts_for_debugging(self) -> None:
+        with self._dynamo_tree():
+            super().populate_code_parts_for_debugging()
+
+
+class DeferredManagerWrapper(_DynamoTreeWrapper):
+    """A unit built without Dynamo's check (a loaded precompiled artifact),
+    waiting for the first check Dynamo's tree passes to be converted
+    (precompile.py). Its root calls Dynamo's tree until then."""
+
+    def check(self, x: Any) -> bool:
+        return precompile.first_check(self, x)
+
+
+class GuardJitManagerWrapper(_DynamoTreeWrapper):
+    """A GuardManagerWrapper whose ``root`` runs guardjit's check.
+
+    The differentiating root (``diff_guard_root``) is guardjit's (stance.py),
+    never a clone of Dynamo's tree.
+    """
+
     guardjit_ir: Any  # the checked GuardSet (after the pipeline)
     guardjit_borrowed: list | None  # weakrefs to the objects it borrows
     guardjit_name: str  # the compile id
@@ -208,15 +252,6 @@ class GuardJitManagerWrapper(dynamo_guards.GuardManagerWrapper):
         # full check stays.
         stance.install(self, self.root)
 
-    @contextlib.contextmanager
-    def _dynamo_tree(self):
-        native = self.root
-        self.root = self.dynamo_root
-        try:
-            yield
-        finally:
-            self.root = native
-
     def check(self, x: Any) -> bool:
         # Only Python calls this (AOTCompiledFunction.guard_check, debugging);
         # Dynamo's lookup calls the root from C++. A miss also runs Dynamo's
@@ -224,26 +259,6 @@ class GuardJitManagerWrapper(dynamo_guards.GuardManagerWrapper):
         if self.root.check(x):
             return True
         return precompile.on_miss(self, x)
-
-    def check_verbose(self, x: Any) -> Any:
-        return self.dynamo_root.check_verbose(x)
-
-    def __str__(self) -> str:
-        with self._dynamo_tree():
-            return super().__str__()
-
-    def collect_diff_guard_sources(self) -> Any:
-        # Only feeds the sources torch seeds a new unit's tree with (its diff
-        # root is replaced by guardjit's, or is the full one when opaque).
-        with self._dynamo_tree():
-            return super().collect_diff_guard_sources()
-
-    def clone_with_chosen_sources(self, chosen_sources: Any) -> Any:
-        return self.dynamo_root.clone_manager(lambda m: m.get_source() in chosen_sources)
-
-    def populate_code_parts_for_debugging(self) -> None:
-        with self._dynamo_tree():
-            super().populate_code_parts_for_debugging()
 
 
 @contextlib.contextmanager

@@ -12,25 +12,32 @@ against Dynamo's answer on real frame locals, so such a unit is converted
 later, at its first check:
 
 1. At build (plugin._offer), the recorder has mirrored the tree as for any
-   unit; :func:`defer` takes that recording and turns the wrapper into a
-   :class:`DeferredManagerWrapper`. Its ``root`` stays Dynamo's tree.
-2. ``AOTCompiledFunction.guard_check`` calls ``wrapper.check(f_locals)`` with
-   the dict ``prepare_f_locals`` built. The first call Dynamo's tree passes
-   is the conversion's compile-time frame locals: plugin._convert binds,
-   compiles and verifies there exactly as for a fresh compile, then installs
-   guardjit's root. Until then, and when the conversion declines, Dynamo's
-   tree answers (its reason is in ``stats()["fallback_reasons"]``).
-3. A miss of guardjit's check also runs Dynamo's tree
+   unit; :func:`defer` takes that recording, keeps Dynamo's tree in
+   ``dynamo_root`` and installs a root whose only guard is a trampoline: an
+   instance of a class made for the unit, whose ``__call__`` is
+   :func:`first_check` until the unit is decided.
+2. The first check Dynamo's tree passes converts the unit on its frame
+   locals: plugin._convert binds, compiles and verifies there exactly as for
+   a fresh compile. Until then, and when the conversion declines (its reason
+   is in ``stats()["fallback_reasons"]`` and ``stats()["precompile"]``),
+   Dynamo's tree answers. Two callers reach it:
+
+   - ``AOTCompiledFunction.guard_check`` (``aot_compile``,
+     ``load_compiled_function``, ``AOTCompiledModel``) calls
+     ``wrapper.check(f_locals)`` from Python with the dict
+     ``prepare_f_locals`` built; after the conversion the wrapper's root is
+     guardjit's, as for any converted unit.
+   - ``torch._dynamo.package`` installs a loaded unit with
+     ``_load_precompile_entry``, whose C++ entry reads ``wrapper.root`` once
+     and calls it from Dynamo's lookup: it keeps calling the trampoline, whose
+     class's ``__call__`` becomes guardjit's native check (a C callable: no
+     Python frame), or Dynamo's tree's ``check`` when the unit declined.
+3. A miss of guardjit's check called from Python also runs Dynamo's tree
    (``GuardJitManagerWrapper.check`` -> :func:`on_miss`), as plain torch's
    check did: its fail counts, which order the tree's checks and so
    ``check_verbose``'s ``num_guards_executed``, move as in plain torch, and
    the error text on a miss is the same. Should Dynamo pass there, its answer
    is returned and the unit goes back to Dynamo's tree.
-
-``torch._dynamo.package``'s entries are installed with
-``_load_precompile_entry``, which reads ``wrapper.root`` once, in C++, and
-checks it there: no Python call ever reaches ``check``, so those units stay on
-Dynamo's tree and ``stats()["precompile"]["pending"]`` counts them.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ import weakref
 from typing import Any
 
 import torch._dynamo.guards as dynamo_guards
+from torch._C._dynamo.guards import RootGuardManager
 
 from guardjit import _core, recorder
 
@@ -62,30 +70,45 @@ class Deferred:
     name: str  # the compile id, or "precompiled <co_name>" outside a compile
     code: Any
     rec: Any  # recorder.Recording, or None when nothing was recorded
-
-
-class DeferredManagerWrapper(dynamo_guards.GuardManagerWrapper):
-    """A wrapper built without Dynamo's check: ``root`` is Dynamo's tree,
-    and the first check it passes converts the unit (:func:`first_check`)."""
-
-    def check(self, x: Any) -> bool:
-        return first_check(self, x)
+    trampoline: Any = None  # the class whose instance the deferred root calls
 
 
 def defer(wrapper: Any, code: Any, name: str) -> None:
     """Keeps the unit's recording for :func:`first_check` (called from
-    plugin._offer while the recorder still holds it)."""
-    rec = recorder.take(wrapper.root)
+    plugin._offer while the recorder still holds it) and installs its
+    trampoline root."""
+    from guardjit import plugin
+
+    dynamo_root = wrapper.root
+    rec = recorder.take(dynamo_root)
     recorder.reset()
-    wrapper.__dict__["_guardjit_deferred"] = Deferred(name=name, code=code, rec=rec)
-    wrapper.__class__ = DeferredManagerWrapper
+    ref = weakref.ref(wrapper)
+
+    def first(f_locals: Any) -> bool:
+        w = ref()
+        return first_check(w, f_locals) if w is not None else dynamo_root.check(f_locals)
+
+    # A class per unit: calling its instance looks ``__call__`` up on the
+    # class, so the C++ entry that holds the root follows a later
+    # assignment, and a C callable assigned there runs without a Python frame.
+    trampoline = type("GuardJitDeferredCheck", (), {"__call__": staticmethod(first)})
+    root = RootGuardManager()
+    root.add_lambda_guard(trampoline(), [f"guardjit: deferred check ({name})"], None)
+    root.attach_compile_id(name)
+    recorder.forget(root)  # guardjit's own root: not a recording
+    d = wrapper.__dict__
+    d["_guardjit_deferred"] = Deferred(name=name, code=code, rec=rec, trampoline=trampoline)
+    d["dynamo_root"] = dynamo_root
+    wrapper.__class__ = plugin.DeferredManagerWrapper
+    wrapper.root = root
     _pending.add(wrapper)
     _counters["deferred"] += 1
 
 
 def first_check(wrapper: Any, f_locals: Any) -> bool:
     """Dynamo's answer; when it passes, converts the unit on ``f_locals``."""
-    answer = wrapper.root.check(f_locals)
+    dynamo_root = wrapper.__dict__["dynamo_root"]
+    answer = dynamo_root.check(f_locals)
     if not answer or type(f_locals) is not dict:
         # Nothing to verify a conversion against: wait for a passing call.
         return answer
@@ -96,7 +119,10 @@ def first_check(wrapper: Any, f_locals: Any) -> bool:
         if deferred is None:  # another thread converted it meanwhile
             return answer
         _pending.discard(wrapper)
+        # _convert starts from Dynamo's root on a plain wrapper.
         wrapper.__class__ = dynamo_guards.GuardManagerWrapper
+        wrapper.root = dynamo_root
+        del wrapper.__dict__["dynamo_root"]
         try:
             why = plugin._convert(wrapper, f_locals, deferred.code, deferred=deferred)
         except Exception as e:  # never break a call torch answers
@@ -104,9 +130,17 @@ def first_check(wrapper: Any, f_locals: Any) -> bool:
         if why is None:
             _counters["converted_at_first_check"] += 1
             mark(wrapper)
+            # The root's own check when it has one (an empty unit keeps
+            # Dynamo's empty root).
+            target = wrapper.guardjit_check if wrapper.root is not dynamo_root \
+                else dynamo_root.check
         else:
             _counters["declined_at_first_check"] += 1
             _declined[why] += 1
+            target = dynamo_root.check
+        # A C++ entry that read the trampoline root calls this from now on.
+        deferred.trampoline.__call__ = staticmethod(target)
+        wrapper.__dict__["_guardjit_trampoline"] = deferred.trampoline
     return answer
 
 
@@ -131,6 +165,9 @@ def on_miss(wrapper: Any, x: Any) -> bool:
         d = wrapper.__dict__
         d["root"] = dynamo_root
         d["diff_guard_root"] = dynamo_root
+        trampoline = d.get("_guardjit_trampoline")
+        if trampoline is not None:
+            trampoline.__call__ = staticmethod(dynamo_root.check)
     return True
 
 

@@ -133,7 +133,7 @@ def test_loaded_function_converts_at_its_first_passing_check(tmp_path):
             fn = torch.compiler.load_compiled_function(fh)
     finally:
         guardjit.uninstall()
-    assert isinstance(fn._artifacts.guard_manager, precompile.DeferredManagerWrapper)
+    assert isinstance(fn._artifacts.guard_manager, plugin.DeferredManagerWrapper)
     assert guardjit.stats()["precompile"]["pending"] == before["precompile"]["pending"] + 1
     got = _run(fn, calls[:2])
     check = _check_of(fn)
@@ -408,3 +408,97 @@ def test_save_then_load_in_a_fresh_process(tmp_path):
         assert all(a[2] for a in after[1:])
         deltas.append([a[0] - b[0] for b, a in zip(before[1:], after[1:])])
     assert deltas == [[2, 1], [2, 0], [1, 2]]
+
+
+# --- torch._dynamo.package (caching precompile) -----------------------------------
+
+_PACKAGE_SCRIPT = textwrap.dedent('''
+    import json, sys
+    import torch
+    from torch._dynamo.package import CompilePackage, DiskDynamoStore
+
+    def f(x, y):
+        return torch.sin(x) * 2 + y
+
+    def x_(*shape, dtype=torch.float32, seed=0):
+        g = torch.Generator().manual_seed(seed)
+        return torch.randn(*shape, generator=g, dtype=dtype)
+
+    mode, directory = sys.argv[1], sys.argv[2]
+    store = DiskDynamoStore(directory + "/store")
+    with torch._dynamo.config.patch(caching_precompile=True):
+        if mode == "save":
+            package = CompilePackage(f)
+            torch._dynamo.optimize(backend="inductor", package=package)(f)(x_(3, 4), x_(3, 4))
+            store.save_package(package, "f")
+            sys.exit(0)
+        guardjit_on = mode == "guardjit"
+        if guardjit_on:
+            import guardjit
+            from guardjit import _core, plugin
+        entry = store.load_cache_entry("f")
+        package = CompilePackage(f, entry.dynamo)
+        c = torch._dynamo.optimize(package=package, backend="inductor")(f)
+        package.install(entry.backends)
+        out = {"answers": [], "calls": []}
+
+        def calls():
+            if not guardjit_on:
+                return None
+            plugin.wait_for_tier_up(120)
+            (w,) = [u for u in plugin._live_units]
+            return list(_core.guard_counters(w.guardjit_check))
+
+        for i in range(4):
+            x, y = x_(3, 4, seed=2 * i), x_(3, 4, seed=2 * i + 1)
+            before = calls() if i else None
+            out["answers"].append(torch.allclose(c(x, y), f(x, y)))
+            out["calls"].append([before, calls()])
+        # A miss: Dynamo would recompile; the stance makes it say why.
+        with torch.compiler.set_stance("fail_on_recompile"):
+            try:
+                c(x_(3, 4, dtype=torch.float64), x_(3, 4))
+                out["miss"] = "no error"
+            except RuntimeError as e:
+                out["miss"] = str(e)
+        if guardjit_on:
+            out["precompile"] = guardjit.stats()["precompile"]
+    print(json.dumps(out))
+''')
+
+
+def test_package_saved_then_loaded_in_a_fresh_process(tmp_path):
+    """A unit of a torch._dynamo.package (installed with
+    _load_precompile_entry, checked from Dynamo's C++ lookup) converts at its
+    first check and is checked natively on each call after."""
+    directory = str(tmp_path)
+    script = tmp_path / "package.py"
+    script.write_text(_PACKAGE_SCRIPT)
+
+    def run(mode, guardjit_var):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GUARDJIT")}
+        here = str(pathlib.Path(guardjit.__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join([here, *filter(None, [env.get("PYTHONPATH")])])
+        if guardjit_var is not None:
+            env["GUARDJIT"] = guardjit_var
+        r = subprocess.run([sys.executable, str(script), mode, directory], env=env,
+                           capture_output=True, text=True, timeout=900, cwd=directory)
+        assert r.returncode == 0, r.stderr[-3000:]
+        return json.loads(r.stdout.strip().splitlines()[-1]) if mode != "save" else None
+
+    run("save", None)
+    plain = run("plain", None)
+    gj = run("guardjit", "1")
+    assert plain["answers"] == gj["answers"] == [True] * 4
+    assert plain["miss"].startswith("Detected recompile when torch.compile stance is "
+                                    "'fail_on_recompile'")
+    assert gj["miss"] == plain["miss"]
+    p = gj["precompile"]
+    assert (p["deferred"], p["converted_at_first_check"], p["pending"]) == (1, 1, 0)
+    assert (p["units_live"], p["units_native"]) == (1, 1)
+    # The first call converted the unit (Dynamo's tree answered it); each
+    # later call is one native check, through the trampoline root; the miss
+    # is one more check, which failed.
+    for before, after in gj["calls"][1:]:
+        assert after[0] - before[0] == 1 and after[2]
+    assert p["check_calls"] == 3 + 1 and p["check_failures"] == 1
