@@ -30,14 +30,17 @@ later, at its first check:
    - ``torch._dynamo.package`` installs a loaded unit with
      ``_load_precompile_entry``, whose C++ entry reads ``wrapper.root`` once
      and calls it from Dynamo's lookup: it keeps calling the trampoline, whose
-     class's ``__call__`` becomes guardjit's native check (a C callable: no
-     Python frame), or Dynamo's tree's ``check`` when the unit declined.
-3. A miss of guardjit's check called from Python also runs Dynamo's tree
-   (``GuardJitManagerWrapper.check`` -> :func:`on_miss`), as plain torch's
-   check did: its fail counts, which order the tree's checks and so
-   ``check_verbose``'s ``num_guards_executed``, move as in plain torch, and
-   the error text on a miss is the same. Should Dynamo pass there, its answer
-   is returned and the unit goes back to Dynamo's tree.
+     class's ``__call__`` becomes guardjit's check followed, on a miss, by
+     Dynamo's tree (step 3), or Dynamo's tree's ``check`` when the unit
+     declined.
+3. A miss of a precompiled unit's check also runs Dynamo's tree
+   (``GuardJitManagerWrapper.check`` and the trampoline -> :func:`on_miss`),
+   as plain torch's check did: its fail counts, which order the tree's
+   accessors and so its printing and ``check_verbose``'s
+   ``num_guards_executed``, move as in plain torch, and the error text on a
+   miss is the same (``GuardManager check failed, reason: ...``, and the
+   tree ``fail_on_recompile`` prints for precompile entries). Should Dynamo
+   pass there, its answer is returned and the unit goes back to Dynamo's tree.
 """
 
 from __future__ import annotations
@@ -98,6 +101,10 @@ def defer(wrapper: Any, code: Any, name: str) -> None:
     recorder.forget(root)  # guardjit's own root: not a recording
     d = wrapper.__dict__
     d["_guardjit_deferred"] = Deferred(name=name, code=code, rec=rec, trampoline=trampoline)
+    # A C++ entry made from this wrapper (_load_precompile_entry) holds the
+    # root's raw pointer; the wrapper owns the root for it, whatever ``root``
+    # says later.
+    d["_guardjit_entry_root"] = root
     d["dynamo_root"] = dynamo_root
     wrapper.__class__ = plugin.DeferredManagerWrapper
     wrapper.root = root
@@ -130,10 +137,10 @@ def first_check(wrapper: Any, f_locals: Any) -> bool:
         if why is None:
             _counters["converted_at_first_check"] += 1
             mark(wrapper)
-            # The root's own check when it has one (an empty unit keeps
-            # Dynamo's empty root).
-            target = wrapper.guardjit_check if wrapper.root is not dynamo_root \
-                else dynamo_root.check
+            # guardjit's check, whose miss also runs Dynamo's tree (as the
+            # wrapper's check does); an empty unit keeps Dynamo's empty root.
+            target = _checked(weakref.ref(wrapper), wrapper.guardjit_check) \
+                if wrapper.root is not dynamo_root else dynamo_root.check
         else:
             _counters["declined_at_first_check"] += 1
             _declined[why] += 1
@@ -142,6 +149,19 @@ def first_check(wrapper: Any, f_locals: Any) -> bool:
         deferred.trampoline.__call__ = staticmethod(target)
         wrapper.__dict__["_guardjit_trampoline"] = deferred.trampoline
     return answer
+
+
+def _checked(ref: Any, check: Any) -> Any:
+    """What a C++ entry's trampoline root calls once its unit is converted:
+    guardjit's ``check``, and on a miss Dynamo's tree (:func:`on_miss`)."""
+
+    def checked(f_locals: Any) -> bool:
+        if check(f_locals):
+            return True
+        w = ref()
+        return w is not None and on_miss(w, f_locals)
+
+    return checked
 
 
 def mark(wrapper: Any) -> None:

@@ -417,8 +417,8 @@ _PACKAGE_SCRIPT = textwrap.dedent('''
     import torch
     from torch._dynamo.package import CompilePackage, DiskDynamoStore
 
-    def f(x, y):
-        return torch.sin(x) * 2 + y
+    def f(x, y, n):
+        return torch.sin(x) * n + y
 
     def x_(*shape, dtype=torch.float32, seed=0):
         g = torch.Generator().manual_seed(seed)
@@ -429,7 +429,7 @@ _PACKAGE_SCRIPT = textwrap.dedent('''
     with torch._dynamo.config.patch(caching_precompile=True):
         if mode == "save":
             package = CompilePackage(f)
-            torch._dynamo.optimize(backend="inductor", package=package)(f)(x_(3, 4), x_(3, 4))
+            torch._dynamo.optimize(backend="inductor", package=package)(f)(x_(3, 4), x_(3, 4), 2)
             store.save_package(package, "f")
             sys.exit(0)
         guardjit_on = mode == "guardjit"
@@ -452,15 +452,22 @@ _PACKAGE_SCRIPT = textwrap.dedent('''
         for i in range(4):
             x, y = x_(3, 4, seed=2 * i), x_(3, 4, seed=2 * i + 1)
             before = calls() if i else None
-            out["answers"].append(torch.allclose(c(x, y), f(x, y)))
+            out["answers"].append(torch.allclose(c(x, y, 2), f(x, y, 2)))
             out["calls"].append([before, calls()])
         # A miss: Dynamo would recompile; the stance makes it say why.
         with torch.compiler.set_stance("fail_on_recompile"):
             try:
-                c(x_(3, 4, dtype=torch.float64), x_(3, 4))
+                c(x_(3, 4, dtype=torch.float64), x_(3, 4), 2)
                 out["miss"] = "no error"
             except RuntimeError as e:
                 out["miss"] = str(e)
+        # A cache entry would run its differentiating root here (no guard on
+        # n: the n=2 graph for n=3); a precompile entry runs its full root.
+        with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
+            try:
+                out["stance"] = str(torch.allclose(c(x_(3, 4), x_(3, 4), 3), f(x_(3, 4), x_(3, 4), 3)))
+            except RuntimeError as e:
+                out["stance"] = str(e)
         if guardjit_on:
             out["precompile"] = guardjit.stats()["precompile"]
     print(json.dumps(out))
@@ -493,6 +500,8 @@ def test_package_saved_then_loaded_in_a_fresh_process(tmp_path):
     assert plain["miss"].startswith("Detected recompile when torch.compile stance is "
                                     "'fail_on_recompile'")
     assert gj["miss"] == plain["miss"]
+    assert plain["stance"].startswith("Recompilation triggered with skip_guard_eval_unsafe")
+    assert gj["stance"] == plain["stance"]
     p = gj["precompile"]
     assert (p["deferred"], p["converted_at_first_check"], p["pending"]) == (1, 1, 0)
     assert (p["units_live"], p["units_native"]) == (1, 1)
@@ -501,4 +510,4 @@ def test_package_saved_then_loaded_in_a_fresh_process(tmp_path):
     # is one more check, which failed.
     for before, after in gj["calls"][1:]:
         assert after[0] - before[0] == 1 and after[2]
-    assert p["check_calls"] == 3 + 1 and p["check_failures"] == 1
+    assert p["check_calls"] == 3 + 2 and p["check_failures"] == 2
