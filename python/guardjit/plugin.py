@@ -453,6 +453,7 @@ def _release(wrapper: GuardJitManagerWrapper) -> None:
     d["diff_guard_root"] = dynamo_root
     d["guardjit_ir"] = None
     d["guardjit_borrowed"] = None
+    d["guardjit_check"] = None
     d.pop("_guardjit_diff", None)
     _counters["units_released"] = _counters.get("units_released", 0) + 1  # no __missing__ frame
 

@@ -193,6 +193,42 @@ def test_a_wrong_native_miss_is_overruled_by_dynamo_tree():
     assert wrapper.root is dynamo_root
 
 
+def _live_checks() -> int:
+    import gc
+
+    gc.collect()
+    assert plugin.wait_for_tier_up(120)
+    gc.collect()
+    return _core.live_checks()
+
+
+def test_a_dropped_loaded_artifact_frees_its_check(tmp_path):
+    """A loaded artifact's wrapper dies with it (plain torch keeps the
+    CheckFunctionManager of an artifact compiled in the process alive through
+    the weakref.finalize of the objects its unfiltered first build
+    ID_MATCHed, so guardjit's check of such a unit lives as long as torch's
+    tree does)."""
+    import weakref
+
+    path = str(tmp_path / "f.bin")
+    _aot_function(install=False).save_compiled_function(path)
+    base = _live_checks()
+    assert guardjit.install()
+    try:
+        with open(path, "rb") as fh:
+            loaded = torch.compiler.load_compiled_function(fh)
+    finally:
+        guardjit.uninstall()
+    loaded(*_CALLS[0][1]())  # converts
+    wrapper = weakref.ref(loaded._artifacts.guard_manager)
+    assert isinstance(wrapper(), plugin.GuardJitManagerWrapper)
+    assert _live_checks() > base
+    plugin.clear_units()  # the records keep checks too
+    del loaded
+    assert _live_checks() == base
+    assert wrapper() is None
+
+
 def _aot_module(install: bool):
     torch.manual_seed(0)
     net = _Net()
