@@ -7,9 +7,12 @@ How a compile unit is converted (torch 2.13, no patch to torch):
    tree is built and finalized, Dynamo's own check has passed on the
    compile-time frame locals, and the cache entry does not exist yet (it
    reads ``wrapper.root`` only when it is constructed, from the
-   ``GuardedCode`` the caller builds next). Units Dynamo builds without that
-   check (export, ``skip_guards_check``) are never offered: :func:`stats`
-   names them. ``guard_manager_testing_hook_fn`` stays free for other code.
+   ``GuardedCode`` the caller builds next). Units Dynamo builds for export
+   are never offered (:func:`stats` names them); units built without that
+   check because they were loaded from a precompiled artifact
+   (``skip_guards_check``) are converted at their first passing check
+   instead (precompile.py). ``guard_manager_testing_hook_fn`` stays free for
+   other code.
 3. There the plugin binds the IR, compiles it with the LLVM JIT, verifies that
    the interpreter and the native code both pass on the same frame locals and
    that the IR has exactly the leaf guards of Dynamo's tree, then replaces

@@ -126,10 +126,10 @@ def first_check(wrapper: Any, f_locals: Any) -> bool:
         if deferred is None:  # another thread converted it meanwhile
             return answer
         _pending.discard(wrapper)
-        # _convert starts from Dynamo's root on a plain wrapper.
+        # _convert starts from Dynamo's root on a plain wrapper (another
+        # thread may still read ``dynamo_root``: it stays).
         wrapper.__class__ = dynamo_guards.GuardManagerWrapper
         wrapper.root = dynamo_root
-        del wrapper.__dict__["dynamo_root"]
         try:
             why = plugin._convert(wrapper, f_locals, deferred.code, deferred=deferred)
         except Exception as e:  # never break a call torch answers

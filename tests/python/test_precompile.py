@@ -150,6 +150,39 @@ def test_loaded_function_converts_at_its_first_passing_check(tmp_path):
     assert after["units_not_offered"] == before["units_not_offered"]
 
 
+def test_threads_calling_a_loaded_artifact_first(tmp_path):
+    """Threads racing to the first check: every answer right, one conversion."""
+    import threading
+
+    path = str(tmp_path / "f.bin")
+    _aot_function(install=False).save_compiled_function(path)
+    before = guardjit.stats()["precompile"]
+    assert guardjit.install()
+    try:
+        with open(path, "rb") as fh:
+            fn = torch.compiler.load_compiled_function(fh)
+    finally:
+        guardjit.uninstall()
+    results: list = []
+    start = threading.Barrier(4)
+
+    def work(seed):
+        start.wait()
+        results.append(_run(fn, [_CALLS[(seed + i) % len(_CALLS)] for i in range(40)]))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    want = dict(_run(fn, _CALLS))
+    assert len(results) == 4
+    assert all(answer == want[label] for got in results for label, answer in got)
+    after = guardjit.stats()["precompile"]
+    assert after["converted_at_first_check"] == before["converted_at_first_check"] + 1
+    assert isinstance(fn._artifacts.guard_manager, plugin.GuardJitManagerWrapper)
+
+
 def test_a_declined_first_check_stays_on_dynamo_tree(tmp_path):
     path = str(tmp_path / "f.bin")
     _aot_function(install=False).save_compiled_function(path)
