@@ -150,6 +150,45 @@ def test_loaded_function_converts_at_its_first_passing_check(tmp_path):
     assert after["units_not_offered"] == before["units_not_offered"]
 
 
+_VARIANTS = {
+    # SHAPE_ENV guards rebuilt at load from the saved shape_code_parts
+    "dynamic": {"dynamic": True},
+    # torch's own filter for portable guards (what AOTInductor would keep)
+    "portable": {"options": {"guard_filter_fn": torch.compiler.keep_portable_guards_unsafe}},
+}
+
+
+@pytest.mark.parametrize("variant", sorted(_VARIANTS))
+def test_loaded_variants_side_by_side(tmp_path, variant):
+    path = str(tmp_path / "f.bin")
+    compiled = torch.compile(_f, fullgraph=True, backend="eager", **_VARIANTS[variant])
+    compiled.aot_compile(((_x(3, 4), _x(3, 4, seed=1)), {})).save_compiled_function(path)
+    calls = [*_CALLS,
+             ("batch 1", lambda: (_x(1, 4), _x(1, 4, seed=1))),
+             ("batch 7", lambda: (_x(7, 4), _x(7, 4, seed=1))),
+             ("mixed", lambda: (_x(5, 4), _x(3, 4, seed=1))),
+             ("rank 3", lambda: (_x(3, 4, 2), _x(3, 4, 2, seed=1)))]
+    with open(path, "rb") as fh:
+        plain = _run(torch.compiler.load_compiled_function(fh), calls)
+    before = guardjit.stats()["precompile"]
+    assert guardjit.install()
+    try:
+        with open(path, "rb") as fh:
+            fn = torch.compiler.load_compiled_function(fh)
+    finally:
+        guardjit.uninstall()
+    got = _run(fn, calls[:1])
+    check = _check_of(fn)
+    calls0 = _native_calls(check)
+    got += _run(fn, calls[1:])
+    assert got == plain
+    assert _native_calls(check) - calls0 == len(calls) - 1
+    if variant == "dynamic":  # a batch of 5 and of 7 hit the dynamic graph
+        assert dict(got)["shape"] == dict(got)["batch 7"] == "ok"
+    after = guardjit.stats()["precompile"]
+    assert after["converted_at_first_check"] == before["converted_at_first_check"] + 1
+
+
 def test_threads_calling_a_loaded_artifact_first(tmp_path):
     """Threads racing to the first check: every answer right, one conversion."""
     import threading
