@@ -117,6 +117,17 @@ def test_aot_compiled_function_side_by_side():
     assert after["miss_disagreements"] == before["miss_disagreements"]
 
 
+def test_guardjit_compile_aot_compile_is_guardjit_s():
+    """guardjit.compile(f, fullgraph=True).aot_compile converts its unit
+    without guardjit.install()."""
+    fn = guardjit.compile(_f, fullgraph=True, backend="eager").aot_compile(
+        ((_x(3, 4), _x(3, 4, seed=1)), {}))
+    check = _check_of(fn)
+    calls0 = _native_calls(check)
+    assert _run(fn, _CALLS) == _run(_aot_function(install=False), _CALLS)
+    assert _native_calls(check) - calls0 == len(_CALLS)
+
+
 def test_loaded_function_converts_at_its_first_passing_check(tmp_path):
     path = str(tmp_path / "f.bin")
     _aot_function(install=False).save_compiled_function(path)
