@@ -470,6 +470,8 @@ def _skip_in_dynamo(*fns: Callable) -> None:
 
 
 _skip_in_dynamo(GuardJitManagerWrapper.__setattr__, _release)
+precompile.connect(lock=_lock, convert=_convert, fallback=_fallback,
+                   deferred_class=DeferredManagerWrapper)
 
 
 def subtree_skip_source() -> str:

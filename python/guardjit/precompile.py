@@ -49,7 +49,7 @@ import collections
 import dataclasses
 import logging
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 import torch._dynamo.guards as dynamo_guards
 from torch._C._dynamo.guards import RootGuardManager
@@ -57,6 +57,27 @@ from torch._C._dynamo.guards import RootGuardManager
 from guardjit import _core, recorder
 
 log = logging.getLogger("guardjit")
+
+
+
+@dataclasses.dataclass
+class _Host:
+    """What plugin.py lends this module (it imports this one: no circle)."""
+
+    lock: Any  # plugin._lock: conversions run under it
+    convert: Callable  # plugin._convert(wrapper, f_locals, code, deferred=)
+    fallback: Callable  # plugin._fallback(name, guards, reason, ...)
+    deferred_class: type  # plugin.DeferredManagerWrapper
+
+
+_host: _Host | None = None
+
+
+def connect(**host: Any) -> None:
+    """Called once by plugin.py when it loads."""
+    global _host
+    _host = _Host(**host)
+
 
 _counters: collections.Counter = collections.Counter()
 _declined: collections.Counter = collections.Counter()
@@ -80,8 +101,6 @@ def defer(wrapper: Any, code: Any, name: str) -> None:
     """Keeps the unit's recording for :func:`first_check` (called from
     plugin._offer while the recorder still holds it) and installs its
     trampoline root."""
-    from guardjit import plugin
-
     dynamo_root = wrapper.root
     rec = recorder.take(dynamo_root)
     recorder.reset()
@@ -92,8 +111,8 @@ def defer(wrapper: Any, code: Any, name: str) -> None:
         return first_check(w, f_locals) if w is not None else dynamo_root.check(f_locals)
 
     # A class per unit: calling its instance looks ``__call__`` up on the
-    # class, so the C++ entry that holds the root follows a later
-    # assignment, and a C callable assigned there runs without a Python frame.
+    # class each time, so a C++ entry that holds this root follows a later
+    # assignment (first_check, on_miss).
     trampoline = type("GuardJitDeferredCheck", (), {"__call__": staticmethod(first)})
     root = RootGuardManager()
     root.add_lambda_guard(trampoline(), [f"guardjit: deferred check ({name})"], None)
@@ -106,7 +125,7 @@ def defer(wrapper: Any, code: Any, name: str) -> None:
     # says later.
     d["_guardjit_entry_root"] = root
     d["dynamo_root"] = dynamo_root
-    wrapper.__class__ = plugin.DeferredManagerWrapper
+    wrapper.__class__ = _host.deferred_class
     wrapper.root = root
     _pending.add(wrapper)
     _counters["deferred"] += 1
@@ -119,9 +138,7 @@ def first_check(wrapper: Any, f_locals: Any) -> bool:
     if not answer or type(f_locals) is not dict:
         # Nothing to verify a conversion against: wait for a passing call.
         return answer
-    from guardjit import plugin
-
-    with plugin._lock:
+    with _host.lock:
         deferred = wrapper.__dict__.pop("_guardjit_deferred", None)
         if deferred is None:  # another thread converted it meanwhile
             return answer
@@ -131,9 +148,9 @@ def first_check(wrapper: Any, f_locals: Any) -> bool:
         wrapper.__class__ = dynamo_guards.GuardManagerWrapper
         wrapper.root = dynamo_root
         try:
-            why = plugin._convert(wrapper, f_locals, deferred.code, deferred=deferred)
+            why = _host.convert(wrapper, f_locals, deferred.code, deferred=deferred)
         except Exception as e:  # never break a call torch answers
-            why = plugin._fallback(deferred.name, 0, f"internal error: {e!r}", unexpected=True)
+            why = _host.fallback(deferred.name, 0, f"internal error: {e!r}", unexpected=True)
         if why is None:
             _counters["converted_at_first_check"] += 1
             mark(wrapper)

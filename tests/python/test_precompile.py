@@ -28,7 +28,7 @@ import torch
 from torch._dynamo.aot_compile import ModelInput
 
 import guardjit
-from guardjit import _core, plugin, precompile
+from guardjit import _core, plugin
 
 
 def _f(x, y):
@@ -584,7 +584,8 @@ _PACKAGE_SCRIPT = textwrap.dedent('''
         # n: the n=2 graph for n=3); a precompile entry runs its full root.
         with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
             try:
-                out["stance"] = str(torch.allclose(c(x_(3, 4), x_(3, 4), 3), f(x_(3, 4), x_(3, 4), 3)))
+                x, y = x_(3, 4), x_(3, 4)
+                out["stance"] = str(torch.allclose(c(x, y, 3), f(x, y, 3)))
             except RuntimeError as e:
                 out["stance"] = str(e)
         if guardjit_on:
