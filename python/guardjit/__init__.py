@@ -126,8 +126,14 @@ def stats() -> dict[str, Any]:
     ``diffset_roots_built`` / ``diffset_roots_reused``, ``diffset_errors``
     and ``diffset_us``. ``units_not_offered`` and ``not_offered`` (one
     ``{unit, code, reason}`` per unit Dynamo built while guardjit was active
-    without offering it: export, ``skip_guards_check``; not in
-    ``units_seen``). Empty when guardjit cannot run here.
+    without offering it: export; not in ``units_seen``). ``precompile``:
+    units loaded from precompiled artifacts (built without Dynamo's check),
+    converted at their first passing check (``deferred``,
+    ``converted_at_first_check``, ``declined_at_first_check``,
+    ``declined_reasons``, ``pending``), the live precompiled units guardjit
+    checks (``units_live``, ``units_native``, ``check_calls``,
+    ``check_failures``) and ``miss_disagreements`` (docs/serving.md).
+    Empty when guardjit cannot run here.
     """
     if _compat.problems():
         return {}

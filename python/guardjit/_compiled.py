@@ -62,6 +62,18 @@ def mark(compiled: Any) -> Any:
         with plugin.active():
             return compiled(*args, **kwargs)
 
+    if callable(getattr(compiled, "aot_compile", None)):
+        # torch's precompile (fullgraph): its unit is guardjit's too.
+        @functools.wraps(compiled.aot_compile)
+        def aot_compile(*args: Any, **kwargs: Any) -> Any:
+            if not _plugin_ready():
+                return compiled.aot_compile(*args, **kwargs)
+            from guardjit import plugin
+
+            with plugin.active():
+                return compiled.aot_compile(*args, **kwargs)
+
+        run.aot_compile = aot_compile  # type: ignore[attr-defined]
     return run
 
 

@@ -7,9 +7,12 @@ How a compile unit is converted (torch 2.13, no patch to torch):
    tree is built and finalized, Dynamo's own check has passed on the
    compile-time frame locals, and the cache entry does not exist yet (it
    reads ``wrapper.root`` only when it is constructed, from the
-   ``GuardedCode`` the caller builds next). Units Dynamo builds without that
-   check (export, ``skip_guards_check``) are never offered: :func:`stats`
-   names them. ``guard_manager_testing_hook_fn`` stays free for other code.
+   ``GuardedCode`` the caller builds next). Units Dynamo builds for export
+   are never offered (:func:`stats` names them); units built without that
+   check because they were loaded from a precompiled artifact
+   (``skip_guards_check``) are converted at their first passing check
+   instead (precompile.py). ``guard_manager_testing_hook_fn`` stays free for
+   other code.
 3. There the plugin binds the IR, compiles it with the LLVM JIT, verifies that
    the interpreter and the native code both pass on the same frame locals and
    that the IR has exactly the leaf guards of Dynamo's tree, then replaces
@@ -43,7 +46,7 @@ import torch._dynamo.guards as dynamo_guards
 from torch._C._dynamo.guards import RootGuardManager
 from torch._guards import CompileContext
 
-from guardjit import _core, _logging, pyattr, recorder, stance, tiering
+from guardjit import _core, _logging, precompile, pyattr, recorder, stance, tiering
 
 _PYTHON_GUARDS = ("LAMBDA_GUARD", "LAMBDA_GUARD (epilogue)")
 
@@ -169,44 +172,12 @@ _skip_checks: weakref.WeakSet = weakref.WeakSet()
 _skip_reasons: collections.Counter = collections.Counter()
 
 
-class GuardJitManagerWrapper(dynamo_guards.GuardManagerWrapper):
-    """A GuardManagerWrapper whose ``root`` runs guardjit's check.
-
-    Dynamo's original tree stays in ``dynamo_root`` and answers everything
-    that explains guards (check_verbose, printing). The differentiating root
-    (``diff_guard_root``) is guardjit's (stance.py), never a clone of that tree.
-    """
+class _DynamoTreeWrapper(dynamo_guards.GuardManagerWrapper):
+    """A GuardManagerWrapper whose ``root`` is guardjit's, while Dynamo's
+    original tree stays in ``dynamo_root`` and answers everything that
+    explains guards (check_verbose, printing)."""
 
     dynamo_root: Any
-    guardjit_ir: Any  # the checked GuardSet (after the pipeline)
-    guardjit_borrowed: list | None  # weakrefs to the objects it borrows
-    guardjit_name: str  # the compile id
-
-    # torch sets ``cache_entry`` from C++ (~CacheEntry, CacheEntry::
-    # invalidate), which may run in the middle of a compiled call (a code
-    # object or an ID_MATCHed object dying there), where Dynamo's eval frame
-    # offers every new frame to its callback; under skip_guard_eval_unsafe a
-    # code object Dynamo has not seen raises "Recompilation triggered" there
-    # before any skip rule applies (torch/csrc/dynamo/eval_frame_cpp.cpp), and
-    # ~CacheEntry cannot propagate an error. This frame and _release's are
-    # marked skipped when the module loads (_skip_in_dynamo, below): no
-    # wrapper frame in between, no lookup.
-    def __setattr__(self, name: str, value: Any) -> None:
-        object.__setattr__(self, name, value)
-        if name == "cache_entry":
-            if value is not None:
-                self.__dict__["_guardjit_had_entry"] = True
-            elif self.__dict__.get("_guardjit_had_entry"):
-                _release(self)
-
-    def populate_diff_guard_manager(self) -> None:
-        # torch calls this on every existing entry at the start of each
-        # compile of the same code (update_diff_guard_managers_for_existing_
-        # cache_entries). The unit's full check is correct whatever the new
-        # entry will be; guardjit's hook then installs the reduced one. If the
-        # hook does not run (guardjit uninstalled, a build that fails), the
-        # full check stays.
-        stance.install(self, self.root)
 
     @contextlib.contextmanager
     def _dynamo_tree(self):
@@ -238,6 +209,61 @@ class GuardJitManagerWrapper(dynamo_guards.GuardManagerWrapper):
             super().populate_code_parts_for_debugging()
 
 
+class DeferredManagerWrapper(_DynamoTreeWrapper):
+    """A unit built without Dynamo's check (a loaded precompiled artifact),
+    waiting for the first check Dynamo's tree passes to be converted
+    (precompile.py). Its root calls Dynamo's tree until then."""
+
+    def check(self, x: Any) -> bool:
+        return precompile.first_check(self, x)
+
+
+class GuardJitManagerWrapper(_DynamoTreeWrapper):
+    """A GuardManagerWrapper whose ``root`` runs guardjit's check.
+
+    The differentiating root (``diff_guard_root``) is guardjit's (stance.py),
+    never a clone of Dynamo's tree.
+    """
+
+    guardjit_ir: Any  # the checked GuardSet (after the pipeline)
+    guardjit_borrowed: list | None  # weakrefs to the objects it borrows
+    guardjit_name: str  # the compile id
+
+    # torch sets ``cache_entry`` from C++ (~CacheEntry, CacheEntry::
+    # invalidate), which may run in the middle of a compiled call (a code
+    # object or an ID_MATCHed object dying there), where Dynamo's eval frame
+    # offers every new frame to its callback; under skip_guard_eval_unsafe a
+    # code object Dynamo has not seen raises "Recompilation triggered" there
+    # before any skip rule applies (torch/csrc/dynamo/eval_frame_cpp.cpp), and
+    # ~CacheEntry cannot propagate an error. This frame and _release's are
+    # marked skipped when the module loads (_skip_in_dynamo, below): no
+    # wrapper frame in between, no lookup.
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        if name == "cache_entry":
+            if value is not None:
+                self.__dict__["_guardjit_had_entry"] = True
+            elif self.__dict__.get("_guardjit_had_entry"):
+                _release(self)
+
+    def populate_diff_guard_manager(self) -> None:
+        # torch calls this on every existing entry at the start of each
+        # compile of the same code (update_diff_guard_managers_for_existing_
+        # cache_entries). The unit's full check is correct whatever the new
+        # entry will be; guardjit's hook then installs the reduced one. If the
+        # hook does not run (guardjit uninstalled, a build that fails), the
+        # full check stays.
+        stance.install(self, self.root)
+
+    def check(self, x: Any) -> bool:
+        # Only Python calls this (AOTCompiledFunction.guard_check, debugging);
+        # Dynamo's lookup calls the root from C++. A miss also runs Dynamo's
+        # tree, as plain torch's check did (precompile.on_miss).
+        if self.root.check(x):
+            return True
+        return precompile.on_miss(self, x)
+
+
 @contextlib.contextmanager
 def active():
     """Converts the compile units compiled inside this context."""
@@ -254,7 +280,7 @@ def _is_active() -> bool:
 
 
 def _fallback(name: str, guards: int, reason: str, code: Any = None,
-              unexpected: bool = False, concerns: str = "") -> None:
+              unexpected: bool = False, concerns: str = "") -> str:
     # A gap guardjit documents (an unsupported accessor) is info; anything
     # else (an error, a disagreement with Dynamo) is a bug worth a warning,
     # naming the guard set (the compile id) and the guard it concerns.
@@ -267,15 +293,24 @@ def _fallback(name: str, guards: int, reason: str, code: Any = None,
     _reasons[reason] += 1
     if config.keep_units:
         _units.append(Unit(name=name, status="dynamo", guards=guards, reason=reason, code=code))
+    return reason
 
 
-def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
+def _convert(wrapper: Any, f_locals: dict, code: Any,
+             deferred: precompile.Deferred | None = None) -> str | None:
+    """Converts the unit on ``f_locals`` (the frame locals Dynamo's tree
+    just passed on); returns why it stays on Dynamo's path, None when
+    converted. ``deferred`` holds the recording of a unit built without
+    Dynamo's check, converted at its first check (precompile.py)."""
     root = wrapper.root
     # transformers may have been imported since the last unit.
     pyattr.ensure_registered()
-    compile_id = str(CompileContext.current_compile_id())
-    rec = recorder.take(root)
-    recorder.reset()  # drop abandoned recordings (e.g. the filter's first build)
+    if deferred is None:
+        compile_id = str(CompileContext.current_compile_id())
+        rec = recorder.take(root)
+        recorder.reset()  # drop abandoned recordings (e.g. the filter's first build)
+    else:
+        compile_id, rec = deferred.name, deferred.rec
     tree = recorder.count_tree_guards(root)
     total = sum(tree.values())
     _counters["units_seen"] += 1
@@ -361,6 +396,7 @@ def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
     wrapper.guardjit_ir = ir
     wrapper.guardjit_borrowed = borrowed
     wrapper.guardjit_name = compile_id
+    wrapper.guardjit_check = check
     wrapper.__class__ = GuardJitManagerWrapper
     wrapper.root = new_root
     _live_units.add(wrapper)
@@ -392,6 +428,7 @@ def _convert(wrapper: Any, f_locals: dict, code: Any) -> None:
             f_locals=f_locals if config.keep_frame_locals else None,
             recorded_ir=recorded, pipeline_stats=pipeline_stats,
             skip_declined=skip_declined))
+    return None
 
 
 _LEVELS = ("O0", "light", "O1", "O2")
@@ -419,6 +456,7 @@ def _release(wrapper: GuardJitManagerWrapper) -> None:
     d["diff_guard_root"] = dynamo_root
     d["guardjit_ir"] = None
     d["guardjit_borrowed"] = None
+    d["guardjit_check"] = None
     d.pop("_guardjit_diff", None)
     _counters["units_released"] = _counters.get("units_released", 0) + 1  # no __missing__ frame
 
@@ -432,6 +470,8 @@ def _skip_in_dynamo(*fns: Callable) -> None:
 
 
 _skip_in_dynamo(GuardJitManagerWrapper.__setattr__, _release)
+precompile.connect(lock=_lock, convert=_convert, fallback=_fallback,
+                   deferred_class=DeferredManagerWrapper)
 
 
 def subtree_skip_source() -> str:
@@ -521,12 +561,27 @@ def _is_empty(recorded: Any, root: Any) -> bool:
             and not root.get_accessors() and not root.get_epilogue_lambda_guards())
 
 
-def _offer(wrapper: Any, output_graph: Any, code: Any) -> None:
+def _offer(wrapper: Any, output_graph: Any, code: Any, precompiled: bool = False) -> None:
     """Runs after ``CheckFunctionManager.__init__``: converts the unit when
-    guardjit is active for it, then updates the code's differentiating roots."""
+    guardjit is active for it, then updates the code's differentiating roots.
+    ``precompiled``: built by torch's precompile (aot_compile_fullgraph)."""
     f_locals = getattr(output_graph, "local_scope", None)
     not_offered = _not_offered_reason(output_graph)
-    if not_offered:
+    if (not_offered.startswith("skip_guards_check") and _installed and _is_active()
+            and not isinstance(wrapper, GuardJitManagerWrapper)):
+        # Loaded from a precompiled artifact: converted at its first check,
+        # on the frame locals that check gets (precompile.py).
+        compile_id = CompileContext.current_compile_id()
+        name = (str(compile_id) if compile_id is not None
+                else f"precompiled {getattr(code, 'co_name', '?')}")
+        try:
+            with _lock:
+                precompile.defer(wrapper, code, name)
+        except Exception as e:  # the unit keeps Dynamo's tree
+            recorder.reset()
+            _fallback(name, 0, f"internal error: {e!r}", unexpected=True)
+        f_locals = None
+    elif not_offered:
         # Dynamo built these guards without checking them on the frame
         # locals (the hook torch calls is skipped too): nothing to verify a
         # conversion against, so the unit keeps Dynamo's tree.
@@ -542,6 +597,8 @@ def _offer(wrapper: Any, output_graph: Any, code: Any) -> None:
             try:
                 with _lock:
                     _convert(wrapper, f_locals, code)
+                if precompiled and isinstance(wrapper, GuardJitManagerWrapper):
+                    precompile.mark(wrapper)
             except Exception as e:  # never break a model that works with torch.compile
                 recorder.reset()
                 _fallback(str(CompileContext.current_compile_id()), 0,
@@ -579,8 +636,10 @@ def _wrap_init(original: Any) -> Any:
         original(self, *args, **kwargs)
         code = kwargs["f_code"] if "f_code" in kwargs else args[0]
         output_graph = kwargs["output_graph"] if "output_graph" in kwargs else args[1]
+        # Only aot_compile_fullgraph builds with strict_error (torch 2.13).
+        precompiled = bool(kwargs.get("strict_error", False))
         try:
-            _offer(self.guard_manager, output_graph, code)
+            _offer(self.guard_manager, output_graph, code, precompiled)
         except Exception as e:  # never break a compile Dynamo got right
             recorder.reset()
             log.warning("guardjit: unit of %s left on Dynamo's path after an internal "
@@ -768,6 +827,9 @@ def stats() -> dict[str, Any]:
         "tier_up": {"level": config.tier_up,
                     **{k: v for k, v in _core.tier_up_stats().items() if k != "last_error"}},
         "subtree_skip": _subtree_skip_stats(c),
+        # Precompiled artifacts (precompile.py): units loaded without
+        # Dynamo's check, converted at their first check.
+        "precompile": precompile.stats(),
     }
 
 
