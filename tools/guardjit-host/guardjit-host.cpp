@@ -21,6 +21,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -188,6 +189,32 @@ double nsPerCheck(embed::LoadedSet &Set, PyObject *Locals, int N, bool Expect) {
       die("check gave an unexpected answer in the timing loop");
   return std::chrono::duration<double, std::nano>(Clock::now() - Start).count() /
          N;
+}
+
+/// ns per whole request on `X` (frame locals built, checked when `Check`,
+/// dispatched to the compiled code), median of `Rounds` rounds of `N`.
+double nsPerRequest(embed::LoadedSet &Set, PyObject *Dispatch, PyObject *Model,
+                    PyObject *X, int N, int Rounds, bool Check) {
+  std::vector<double> Per;
+  for (int R = 0; R < Rounds; ++R) {
+    auto Start = Clock::now();
+    for (int K = 0; K < N; ++K) {
+      PyObject *L = frameLocals(X);
+      bool Pass = true;
+      if (Check && (!Set.check(L, &Pass).ok() || !Pass))
+        die("check gave an unexpected answer in the request loop");
+      PyObject *Args[] = {Model, X};
+      PyObject *Out = PyObject_Vectorcall(Dispatch, Args, 2, nullptr);
+      if (!Out)
+        die("dispatch failed in the request loop");
+      Py_DECREF(Out);
+      Py_DECREF(L);
+    }
+    Per.push_back(
+        std::chrono::duration<double, std::nano>(Clock::now() - Start).count() / N);
+  }
+  std::sort(Per.begin(), Per.end());
+  return Per[Per.size() / 2];
 }
 
 /// Checks each (name, f_locals) of `Cases` through the portable path
@@ -389,6 +416,18 @@ int main(int Argc, char **Argv) {
       std::chrono::duration<double, std::nano>(Clock::now() - DStart).count() / N;
   Py_XDECREF(CheckName);
   Py_XDECREF(Root);
+  // The whole request (frame locals, native check, dispatch to the compiled
+  // code) against the same request with no check: interleaved, medians.
+  std::vector<double> Checked, Bare, Ratio;
+  for (int R = 0; R < 9; ++R) {
+    Checked.push_back(nsPerRequest(Set, Dispatch, Model, XHit, 2000, 1, true));
+    Bare.push_back(nsPerRequest(Set, Dispatch, Model, XHit, 2000, 1, false));
+    Ratio.push_back(Checked.back() / Bare.back());
+  }
+  for (std::vector<double> *V : {&Checked, &Bare, &Ratio})
+    std::sort(V->begin(), V->end());
+  double RequestNs = Checked[Checked.size() / 2];
+  double BareNs = Bare[Bare.size() / 2];
 
   std::printf("guardjit-host: unit %s, %zu guards (%zu inline, %zu helper calls), "
               "compiled in %.2f ms; %zu objects, %zu bound by host: names\n",
@@ -402,6 +441,9 @@ int main(int Argc, char **Argv) {
   std::printf("guardjit-host: steady state: native %.0f ns per hit, %.0f ns per "
               "miss; interpreter %.0f ns per hit; Dynamo's tree %.0f ns per hit\n",
               NativeHit, NativeMiss, InterpHit, DynamoHit);
+  std::printf("guardjit-host: whole request %.0f ns (%.0f requests/s), %.0f ns "
+              "with no check; ratio %.2fx (median of 9 interleaved rounds)\n",
+              RequestNs, 1e9 / RequestNs, BareNs, Ratio[Ratio.size() / 2]);
 
   // 5. The portable path agrees with the Python path on the same inputs,
   // for the static and the symbolic-shape unit.
