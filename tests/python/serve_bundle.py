@@ -8,7 +8,7 @@ misses) and ``expected.json`` / ``expected.pt`` (eager outputs, misses'
 failing guards) for the test.
 
 This is the test fixture's minimal builder, written to the contract in
-docs/serve-host-notes.md; ``python -m guardjit export --serve`` is the
+docs/serving.md; ``python -m guardjit export --serve`` is the
 user-facing one. What it does by hand:
   - the guard set of each artifact is the compile unit ``guardjit.compile``
     records for the same inputs, restricted to guards on the request input

@@ -1,7 +1,7 @@
 //===- ServeHost.h - AOTInductor packages behind portable guards -*- C++ -*-===//
 //
 // The library half of tools/guardjit-serve: loads a serve bundle (the
-// `guardjit-serve/1` manifest, docs/serve-host-notes.md) — several
+// `guardjit-serve/1` manifest, docs/serving.md) — several
 // AOTInductor `.pt2` packages of one model and their portable guard sets —
 // and serves requests: describe each input tensor as a DLTensor + TensorExt,
 // pick the artifact with the bundle's `select` sets, check that artifact's
