@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     export.add_argument("--bucket", action="append", metavar="SPEC",
                         help="--serve: one bucket derived from the factory's first example, "
                              "batch=N,dtype=D,name=S (each optional): dim 0 of every tensor "
-                             "input becomes N, floating inputs become dtype D; repeat for "
+                             "input becomes N, floating inputs and a copy of the model become dtype D; repeat for "
                              "more buckets (default: the factory's buckets)")
     export.add_argument("--json", metavar="FILE",
                         help="--serve: also write a summary as JSON (- for stdout, instead "

@@ -236,7 +236,8 @@ def _derive_bucket(args: tuple, kwargs: dict, spec: str) -> Any:
     """A bucket from the example and ``batch=N,dtype=D,name=S``: dim 0 of
     every tensor input whose dim 0 is the first tensor's (the batch) becomes
     N (rows repeated or cut, so integer inputs keep valid values) and every
-    floating tensor input becomes dtype D."""
+    floating tensor input becomes dtype D (serve_case also gives the bucket
+    a copy of the model in D)."""
     from torch.utils import _pytree as pytree
 
     from guardjit import serving
@@ -293,7 +294,33 @@ def serve_case(spec: str, bucket_specs: list[str] | None, quick: bool = False) -
     if bucket_specs:
         base = buckets[0]
         buckets = [_derive_bucket(base.args, base.kwargs, s) for s in bucket_specs]
+        copies: dict = {}
+        for b, s in zip(buckets, bucket_specs):
+            b.model = _model_for_dtype(model, _bucket_dtype(s), copies)
     return name, model, buckets
+
+
+def _bucket_dtype(spec: str) -> torch.dtype | None:
+    for part in spec.split(","):
+        key, _, value = part.partition("=")
+        if key.strip() == "dtype":
+            return getattr(torch, value.strip())
+    return None
+
+
+def _model_for_dtype(model: torch.nn.Module, dtype: torch.dtype | None,
+                     copies: dict) -> torch.nn.Module | None:
+    """A copy of ``model`` with its floating parameters and buffers in
+    ``dtype`` (one per dtype), or None when they already are (or there is
+    no dtype): a dtype bucket serves a model of that dtype."""
+    floats = [t for t in (*model.parameters(), *model.buffers()) if t.is_floating_point()]
+    if dtype is None or not dtype.is_floating_point or all(t.dtype == dtype for t in floats):
+        return None
+    if dtype not in copies:
+        import copy
+
+        copies[dtype] = copy.deepcopy(model).to(dtype)
+    return copies[dtype]
 
 
 def serve_main(spec: str, out_dir: str, bucket_specs: list[str] | None = None, *,

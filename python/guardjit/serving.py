@@ -100,6 +100,10 @@ class Bucket:
     args: tuple
     kwargs: dict = dataclasses.field(default_factory=dict)
     name: str | None = None
+    #: The model this bucket's package is built from, when it is not the
+    #: bundle's (e.g. a bfloat16 copy for a bfloat16 bucket); same class and
+    #: forward, other weights or dtype.
+    model: torch.nn.Module | None = None
 
 
 @dataclasses.dataclass
@@ -122,7 +126,7 @@ class InputSpec:
 
 def _as_bucket(b: Any) -> Bucket:
     if isinstance(b, Bucket):
-        return Bucket(tuple(b.args), dict(b.kwargs), b.name)
+        return Bucket(tuple(b.args), dict(b.kwargs), b.name, b.model)
     if isinstance(b, tuple):
         return Bucket(b)
     if isinstance(b, list):
@@ -187,8 +191,6 @@ def input_specs(model: torch.nn.Module, ep: Any, args: tuple, kwargs: dict) -> l
 
     sources = []
     for path, leaf in flat:
-        if not isinstance(leaf, torch.Tensor):
-            continue  # the runner takes tensors only (AOTICompiledModel.__call__)
         group, first, rest = path[0].idx, path[1], path[2:]
         if group == 0:  # positional
             i = first.idx
@@ -207,6 +209,14 @@ def input_specs(model: torch.nn.Module, ep: Any, args: tuple, kwargs: dict) -> l
             else:
                 raise ServeExportError(f"keyword input {k!r} has no parameter in forward")
         src += "".join(_key_source(k) for k in rest)
+        if not isinstance(leaf, torch.Tensor):
+            # torch.export specializes it: the package computes with this
+            # value whatever a request holds, and the runner takes tensors
+            # only, so no host could check it.
+            raise ServeExportError(
+                f"input {src} is a {type(leaf).__name__} ({leaf!r}): torch.export bakes "
+                "non-tensor inputs into the package as constants, and a host cannot check "
+                "them; pass it as a tensor, or make it a model attribute")
         sources.append(src)
 
     users = [s for s in ep.graph_signature.input_specs if s.kind == EpInputKind.USER_INPUT]
@@ -269,9 +279,15 @@ def _compile_units(model: torch.nn.Module, buckets: list[Bucket], names: list[st
     counts: list[_TorchCounts] = []
     units = []
     try:
-        compiled = guardjit.compile(
-            model, backend="eager", dynamic=False, fullgraph=True,
-            options={"guard_filter_fn": _make_filter(set(sources), counts)})
+        keep = _make_filter(set(sources), counts)
+        compiled_for: dict[int, Any] = {}
+
+        def compiled_model(m: torch.nn.Module) -> Any:
+            if id(m) not in compiled_for:
+                compiled_for[id(m)] = guardjit.compile(
+                    m, backend="eager", dynamic=False, fullgraph=True,
+                    options={"guard_filter_fn": keep})
+            return compiled_for[id(m)]
         limit = max(8, len(buckets) + 1)
         with torch._dynamo.config.patch(recompile_limit=limit,
                                         accumulated_recompile_limit=max(256, limit)), \
@@ -279,7 +295,7 @@ def _compile_units(model: torch.nn.Module, buckets: list[Bucket], names: list[st
             for b, name in zip(buckets, names):
                 seen, n_counts = len(plugin.units()), len(counts)
                 try:
-                    compiled(*b.args, **b.kwargs)
+                    compiled_model(b.model or model)(*b.args, **b.kwargs)
                 except Exception as e:
                     first = str(e).strip().splitlines()[0] if str(e).strip() else ""
                     raise ServeExportError(
@@ -428,7 +444,7 @@ def build_bundle(model: torch.nn.Module, buckets: Sequence[Any], out_dir: str, *
     for i, (b, n) in enumerate(zip(bs, names)):
         say(f"[{i + 1}/{len(bs)}] {n}: torch.export.export")
         try:
-            ep = torch.export.export(model, b.args, b.kwargs)
+            ep = torch.export.export(b.model or model, b.args, b.kwargs)
         except Exception as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
             raise ServeExportError(f"bucket {n}: torch.export.export failed: "
@@ -500,7 +516,7 @@ def build_bundle(model: torch.nn.Module, buckets: Sequence[Any], out_dir: str, *
         if examples:
             flat = _flat_tensors(b.args, b.kwargs)
             with torch.no_grad():
-                expected = _flat_tensors((model(*b.args, **b.kwargs),), {})
+                expected = _flat_tensors(((b.model or model)(*b.args, **b.kwargs),), {})
             torch.save(flat, os.path.join(out_dir, f"{n}.inputs.pt"))
             torch.save(expected, os.path.join(out_dir, f"{n}.expected.pt"))
             a["example"] = f"{n}.inputs.pt"

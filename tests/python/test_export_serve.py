@@ -360,6 +360,62 @@ def test_model_that_does_not_export_is_a_clear_error(tmp_path):
                               progress=False)
 
 
+class Scaled(torch.nn.Module):
+    def forward(self, x, n: int):
+        return x * n
+
+
+def test_non_tensor_input_is_a_clear_error(tmp_path):
+    """torch.export bakes an int input into the package: a host would serve
+    x * 3 for any n. The export refuses it, naming the input."""
+    with pytest.raises(serving.ServeExportError,
+                       match=r"input L\['n'\] is a int \(3\): torch.export bakes non-tensor"):
+        serving.export_bundle(Scaled(), [(torch.randn(2, 3), 3)], str(tmp_path), progress=False)
+
+
+class PlainLinear(torch.nn.Module):
+    """No cast in forward: a bfloat16 input needs bfloat16 weights."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(6, 4)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def plain_linear():
+    torch.manual_seed(0)
+    return PlainLinear().eval(), (torch.randn(2, 6),)
+
+
+def test_dtype_bucket_serves_a_model_of_that_dtype(tmp_path):
+    """``--bucket dtype=bfloat16`` casts the inputs and a copy of the model,
+    so a plain Linear model exports a bfloat16 package (before, its bucket
+    failed: mat1 and mat2 must have the same dtype). The factory's model
+    stays float32; each package matches eager of its own model."""
+    name, model, buckets = export.serve_case("test_export_serve:plain_linear",
+                                             ["batch=2", "batch=2,dtype=bfloat16"])
+    assert buckets[0].model is None
+    assert buckets[1].model is not model
+    assert buckets[1].model.fc.weight.dtype == torch.bfloat16
+    assert model.fc.weight.dtype == torch.float32
+    b = serving.build_bundle(model, buckets, str(tmp_path), name=name, progress=False)
+    names = [a["name"] for a in b.manifest["artifacts"]]
+    assert names == ["b2_float32", "b2_bfloat16"]
+    for a, bucket in zip(b.manifest["artifacts"], buckets):
+        runner = torch._inductor.aoti_load_package(str(tmp_path / a["package"]))
+        flat = torch.load(tmp_path / a["example"])
+        expected = torch.load(tmp_path / a["expected"])
+        with torch.no_grad():
+            eager = (bucket.model or model)(*flat)
+        got = runner(*flat)
+        got = got if isinstance(got, (list, tuple)) else [got]
+        assert got[0].dtype == eager.dtype == expected[0].dtype
+        torch.testing.assert_close(got[0], eager)
+        torch.testing.assert_close(expected[0], eager)
+
+
 class GraphBreak(torch.nn.Module):
     def forward(self, x):
         x = x + 1
