@@ -217,6 +217,33 @@ def input_specs(model: torch.nn.Module, ep: Any, args: tuple, kwargs: dict) -> l
     return [InputSpec(s.arg.name, src) for s, src in zip(user_tensors, sources)]
 
 
+_ABSENT = object()
+
+
+def _check_constants(buckets: list[Bucket], names: list[str]) -> None:
+    """Raises when a non-tensor input differs between buckets. Each package
+    bakes in its bucket's value (torch.export specializes it) and a request
+    carries only the tensors, so the host would answer with a value chosen by
+    the request's shape or dtype: a result eager gives for no single call."""
+    from torch.utils import _pytree as pytree
+
+    def constants(b: Bucket) -> dict[str, Any]:
+        flat, _ = pytree.tree_flatten_with_path((b.args, b.kwargs))
+        return {pytree.keystr(path): leaf for path, leaf in flat
+                if not isinstance(leaf, torch.Tensor)}
+
+    first = constants(buckets[0])
+    for b, n in zip(buckets[1:], names[1:]):
+        for key, value in constants(b).items():
+            old = first.get(key, _ABSENT)
+            if not (value is old or (type(value) is type(old) and bool(value == old))):
+                was = "absent" if old is _ABSENT else repr(old)
+                raise ServeExportError(
+                    f"bucket {n}: non-tensor input {key} is {value!r}, {was} in bucket "
+                    f"{names[0]}: a request carries only tensors, so each package would "
+                    "bake in its own value; export one bundle per value")
+
+
 # --- 2. guards: one compile unit per bucket ---------------------------------
 
 @dataclasses.dataclass
@@ -441,6 +468,7 @@ def build_bundle(model: torch.nn.Module, buckets: Sequence[Any], out_dir: str, *
         eps.append(ep)
     assert inputs is not None
     sources = [s.source for s in inputs]
+    _check_constants(bs, names)
 
     # 2. Guards: one compile unit per bucket, torch's filter + the inputs.
     say("torch.compile(dynamic=False) through guardjit's recorder, one call per bucket")
