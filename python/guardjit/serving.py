@@ -53,6 +53,7 @@ passes; a request that passes no full set is rejected by that check.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
 import json
@@ -472,6 +473,9 @@ def build_bundle(model: torch.nn.Module, buckets: Sequence[Any], out_dir: str, *
 
     # 2. Guards: one compile unit per bucket, torch's filter + the inputs.
     say("torch.compile(dynamic=False) through guardjit's recorder, one call per bucket")
+    # The example files hold the inputs as given: a model that mutates an
+    # input would change them in the compile calls and in eager's call.
+    given = copy.deepcopy([(b.args, b.kwargs) for b in bs]) if examples else None
     units, counts, global_state = _compile_units(model, bs, names, sources, say)
 
     # 3. The portable sets.
@@ -526,9 +530,11 @@ def build_bundle(model: torch.nn.Module, buckets: Sequence[Any], out_dir: str, *
             "package_compile_s": round(package_s[i], 2),
         }
         if examples:
-            flat = _flat_tensors(b.args, b.kwargs)
+            args, kwargs = given[i]
+            flat = _flat_tensors(args, kwargs)
+            args, kwargs = copy.deepcopy((args, kwargs))
             with torch.no_grad():
-                expected = _flat_tensors((model(*b.args, **b.kwargs),), {})
+                expected = _flat_tensors((model(*args, **kwargs),), {})
             torch.save(flat, os.path.join(out_dir, f"{n}.inputs.pt"))
             torch.save(expected, os.path.join(out_dir, f"{n}.expected.pt"))
             a["example"] = f"{n}.inputs.pt"

@@ -48,3 +48,27 @@ def test_equal_non_tensor_inputs_pass_the_check():
     with pytest.raises(serving.ServeExportError, match=r"\['k'\] is 1, absent in bucket a"):
         serving._check_constants([serving.Bucket((torch.randn(1, 4),), {}),
                                   serving.Bucket((torch.randn(4, 4),), {"k": 1})], ["a", "b"])
+
+
+class MutatesX(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x.add_(1)
+        return x * 2
+
+
+def test_examples_of_a_model_that_mutates_its_input(tmp_path):
+    """``<name>.inputs.pt`` holds the inputs as given and ``<name>.expected.pt``
+    eager's output on them (before the fix the inputs were saved after the
+    compile call and eager's call had each added 1: the package run on the
+    saved example differed from the saved expected output by 2)."""
+    x = torch.randn(2, 3, generator=torch.Generator().manual_seed(0))
+    given = x.clone()
+    man = serving.export_bundle(MutatesX(), [(x,)], str(tmp_path), progress=False)
+    (a,) = man["artifacts"]
+    (example,) = torch.load(tmp_path / a["example"])
+    (expected,) = torch.load(tmp_path / a["expected"])
+    torch.testing.assert_close(example, given, rtol=0, atol=0)
+    torch.testing.assert_close(expected, (given + 1) * 2)
+    package = torch._inductor.aoti_load_package(str(tmp_path / a["package"]))
+    with torch.no_grad():
+        torch.testing.assert_close(package(example.clone()), expected)
