@@ -53,6 +53,7 @@ passes; a request that passes no full set is rejected by that check.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
 import json
@@ -166,10 +167,13 @@ def _key_source(key: Any) -> str:
     raise ServeExportError(f"cannot name the Dynamo source of pytree key {key!r}")
 
 
-def input_specs(model: torch.nn.Module, ep: Any, args: tuple, kwargs: dict) -> list[InputSpec]:
+def input_specs(model: torch.nn.Module, ep: Any, args: tuple, kwargs: dict,
+                constants: list | None = None) -> list[InputSpec]:
     """The inputs of the AOTInductor runner, in its order, with the Dynamo
     source of each (derived from ``ep``'s in_spec and ``forward``'s
-    signature, never from parameter names guessed)."""
+    signature, never from parameter names guessed). Non-tensor inputs are
+    not runner inputs: each is appended to ``constants`` as ``{"source",
+    "value"}`` (its repr), the value the package bakes in."""
     from torch.export.graph_signature import InputKind as EpInputKind
     from torch.export.graph_signature import TensorArgument
     from torch.utils import _pytree as pytree
@@ -211,12 +215,12 @@ def input_specs(model: torch.nn.Module, ep: Any, args: tuple, kwargs: dict) -> l
         src += "".join(_key_source(k) for k in rest)
         if not isinstance(leaf, torch.Tensor):
             # torch.export specializes it: the package computes with this
-            # value whatever a request holds, and the runner takes tensors
-            # only, so no host could check it.
-            raise ServeExportError(
-                f"input {src} is a {type(leaf).__name__} ({leaf!r}): torch.export bakes "
-                "non-tensor inputs into the package as constants, and a host cannot check "
-                "them; pass it as a tensor, or make it a model attribute")
+            # value whatever a request holds (the runner takes tensors only).
+            # Recorded in the manifest; _check_constants refuses buckets
+            # that differ in it.
+            if constants is not None:
+                constants.append({"source": src, "value": repr(leaf)})
+            continue
         sources.append(src)
 
     users = [s for s in ep.graph_signature.input_specs if s.kind == EpInputKind.USER_INPUT]
@@ -225,6 +229,33 @@ def input_specs(model: torch.nn.Module, ep: Any, args: tuple, kwargs: dict) -> l
         raise ServeExportError(f"the exported program takes {len(user_tensors)} tensor inputs, "
                                f"the example has {len(sources)}")
     return [InputSpec(s.arg.name, src) for s, src in zip(user_tensors, sources)]
+
+
+_ABSENT = object()
+
+
+def _check_constants(buckets: list[Bucket], names: list[str]) -> None:
+    """Raises when a non-tensor input differs between buckets. Each package
+    bakes in its bucket's value (torch.export specializes it) and a request
+    carries only the tensors, so the host would answer with a value chosen by
+    the request's shape or dtype: a result eager gives for no single call."""
+    from torch.utils import _pytree as pytree
+
+    def constants(b: Bucket) -> dict[str, Any]:
+        flat, _ = pytree.tree_flatten_with_path((b.args, b.kwargs))
+        return {pytree.keystr(path): leaf for path, leaf in flat
+                if not isinstance(leaf, torch.Tensor)}
+
+    first = constants(buckets[0])
+    for b, n in zip(buckets[1:], names[1:]):
+        for key, value in constants(b).items():
+            old = first.get(key, _ABSENT)
+            if not (value is old or (type(value) is type(old) and bool(value == old))):
+                was = "absent" if old is _ABSENT else repr(old)
+                raise ServeExportError(
+                    f"bucket {n}: non-tensor input {key} is {value!r}, {was} in bucket "
+                    f"{names[0]}: a request carries only tensors, so each package would "
+                    "bake in its own value; export one bundle per value")
 
 
 # --- 2. guards: one compile unit per bucket ---------------------------------
@@ -449,7 +480,9 @@ def build_bundle(model: torch.nn.Module, buckets: Sequence[Any], out_dir: str, *
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
             raise ServeExportError(f"bucket {n}: torch.export.export failed: "
                                    f"{type(e).__name__}: {first}") from e
-        specs = input_specs(model, ep, b.args, b.kwargs)
+        baked: list = []
+        specs = input_specs(model, ep, b.args, b.kwargs, baked)
+        constants = baked if i == 0 else constants
         if inputs is not None and [s.source for s in specs] != [s.source for s in inputs]:
             raise ServeExportError(f"bucket {n}: inputs {[s.source for s in specs]} differ "
                                    f"from the first bucket's {[s.source for s in inputs]}")
@@ -457,9 +490,16 @@ def build_bundle(model: torch.nn.Module, buckets: Sequence[Any], out_dir: str, *
         eps.append(ep)
     assert inputs is not None
     sources = [s.source for s in inputs]
+    _check_constants(bs, names)
+    for c in constants:
+        say(f"non-tensor input {c['source']} = {c['value']} is baked into every package "
+            "(a request carries tensors only)")
 
     # 2. Guards: one compile unit per bucket, torch's filter + the inputs.
     say("torch.compile(dynamic=False) through guardjit's recorder, one call per bucket")
+    # The example files hold the inputs as given: a model that mutates an
+    # input would change them in the compile calls and in eager's call.
+    given = copy.deepcopy([(b.args, b.kwargs) for b in bs]) if examples else None
     units, counts, global_state = _compile_units(model, bs, names, sources, say)
 
     # 3. The portable sets.
@@ -514,9 +554,11 @@ def build_bundle(model: torch.nn.Module, buckets: Sequence[Any], out_dir: str, *
             "package_compile_s": round(package_s[i], 2),
         }
         if examples:
-            flat = _flat_tensors(b.args, b.kwargs)
+            args, kwargs = given[i]
+            flat = _flat_tensors(args, kwargs)
+            args, kwargs = copy.deepcopy((args, kwargs))
             with torch.no_grad():
-                expected = _flat_tensors(((b.model or model)(*b.args, **b.kwargs),), {})
+                expected = _flat_tensors(((b.model or model)(*args, **kwargs),), {})
             torch.save(flat, os.path.join(out_dir, f"{n}.inputs.pt"))
             torch.save(expected, os.path.join(out_dir, f"{n}.expected.pt"))
             a["example"] = f"{n}.inputs.pt"
@@ -541,6 +583,9 @@ def build_bundle(model: torch.nn.Module, buckets: Sequence[Any], out_dir: str, *
         "guardjit": guardjit.__version__,
         "model": model_name,
         "inputs": [dataclasses.asdict(s) for s in inputs],
+        # Non-tensor inputs, equal in every bucket (_check_constants): each
+        # package computes with these values whatever a request holds.
+        "constants": constants,
         "artifacts": artifacts,
         "select": {"file": "select.gir", "policy": SELECT_POLICY,
                    "sets": {n: n for n in names}, "check_inputs": select_inputs,

@@ -365,12 +365,15 @@ class Scaled(torch.nn.Module):
         return x * n
 
 
-def test_non_tensor_input_is_a_clear_error(tmp_path):
-    """torch.export bakes an int input into the package: a host would serve
-    x * 3 for any n. The export refuses it, naming the input."""
-    with pytest.raises(serving.ServeExportError,
-                       match=r"input L\['n'\] is a int \(3\): torch.export bakes non-tensor"):
-        serving.export_bundle(Scaled(), [(torch.randn(2, 3), 3)], str(tmp_path), progress=False)
+def test_non_tensor_input_is_recorded_as_a_baked_constant(tmp_path):
+    """torch.export bakes an int input into the package: a host serves
+    x * 3 whatever n a caller meant. The manifest says so (the value of every
+    non-tensor input, equal in all buckets: test_i27_review_serve_export.py
+    refuses buckets that differ)."""
+    man = serving.export_bundle(Scaled(), [(torch.randn(2, 3), 3)], str(tmp_path),
+                                progress=False)
+    assert [i["source"] for i in man["inputs"]] == ["L['x']"]
+    assert man["constants"] == [{"source": "L['n']", "value": "3"}]
 
 
 class PlainLinear(torch.nn.Module):

@@ -268,6 +268,24 @@ def test_request_errors_are_per_request(bundle, tmp_path):
                                  "expected a list of requests"
 
 
+def test_a_request_dlpack_cannot_describe_is_a_request_error(bundle, tmp_path):
+    """A quantized tensor has no DLPack dtype: describe() reports it for that
+    request (before the fix, at::getDLDataType's c10::Error escaped ServeHost
+    and terminated the host)."""
+    with pytest.warns(UserWarning):  # torch deprecates quantized creation
+        q = torch.quantize_per_tensor(torch.randn(1, 16), 0.1, 0, torch.qint8)
+    torch.save([[q], torch.randn(4, 16)], tmp_path / "q.pt")
+    out = subprocess.run([BIN, bundle, "--requests", str(tmp_path / "q.pt"), "--json"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 1, out.stderr
+    rep = json.loads(out.stdout)
+    assert rep["errors"] == 1
+    err = rep["requests"][0]["error"]
+    assert err.startswith("request input L['x']: cannot be described as a DLTensor: "), err
+    assert "not supported by dlpack" in err, err
+    assert rep["requests"][1]["artifact"] == "b4_float32"
+
+
 def _set(d: dict, key, value) -> None:
     d[key] = value
 

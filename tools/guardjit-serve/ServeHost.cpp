@@ -281,10 +281,18 @@ llvm::Error ServeHost::describe(const std::vector<at::Tensor> &Tensors,
     // strides point into the TensorImpl, data already includes the storage
     // offset, which TensorExt carries in elements.
     DLTensor &D = Out->Tensors[I];
-    D.data = T.data_ptr();
-    D.device = at::torchDeviceToDLDevice(T.device());
+    try {
+      // Each throws for a tensor DLPack cannot describe (a quantized dtype,
+      // a device or layout without storage): a request error, not a crash.
+      D.data = T.data_ptr();
+      D.device = at::torchDeviceToDLDevice(T.device());
+      D.dtype = at::getDLDataType(T);
+    } catch (const std::exception &E) {
+      return fail("request input " + Inputs[I].Source +
+                  ": cannot be described as a DLTensor: " +
+                  exceptionMessage(E));
+    }
     D.ndim = static_cast<int32_t>(T.dim());
-    D.dtype = at::getDLDataType(T);
     D.shape = const_cast<int64_t *>(T.sizes().data());
     D.strides = const_cast<int64_t *>(T.strides().data());
     D.byte_offset = 0;
