@@ -31,22 +31,11 @@ import guardjit
 from guardjit import _core, plugin
 
 
-def _f(x, y):
-    return torch.sin(x) * 2 + y
+from precompile_cases import Net as _Net
+from precompile_cases import f as _f
+from precompile_cases import x_ as _x
 
-
-class _Net(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = torch.nn.Linear(4, 3)
-
-    def forward(self, x):
-        return torch.relu(self.lin(x))
-
-
-def _x(*shape, dtype=torch.float32, requires_grad=False, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g, dtype=dtype).requires_grad_(requires_grad)
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 # The calls each scenario makes: one hit, then misses by shape, dtype,
@@ -381,20 +370,7 @@ _SCRIPT = textwrap.dedent('''
     import torch
     from torch._dynamo.aot_compile import ModelInput
 
-    def f(x, y):
-        return torch.sin(x) * 2 + y
-
-    class Net(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lin = torch.nn.Linear(4, 3)
-
-        def forward(self, x):
-            return torch.relu(self.lin(x))
-
-    def x_(*shape, dtype=torch.float32, requires_grad=False, seed=0):
-        g = torch.Generator().manual_seed(seed)
-        return torch.randn(*shape, generator=g, dtype=dtype).requires_grad_(requires_grad)
+    from precompile_cases import Net, f, x_
 
     CALLS = [("dtype", (x_(3, 4, dtype=torch.float64), x_(3, 4, seed=1))),
              ("hit", (x_(3, 4), x_(3, 4, seed=1))),
@@ -473,7 +449,7 @@ def _fresh(mode: str, directory: str, guardjit_var: str | None) -> dict | None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GUARDJIT")}
     # The guardjit this test imports (a worktree's or the installed one).
     here = str(pathlib.Path(guardjit.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join([here, *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONPATH"] = os.pathsep.join([here, HERE, *filter(None, [env.get("PYTHONPATH")])])
     if guardjit_var is not None:
         env["GUARDJIT"] = guardjit_var
     script = pathlib.Path(directory) / "artifacts.py"
@@ -536,12 +512,7 @@ _PACKAGE_SCRIPT = textwrap.dedent('''
     import torch
     from torch._dynamo.package import CompilePackage, DiskDynamoStore
 
-    def f(x, y, n):
-        return torch.sin(x) * n + y
-
-    def x_(*shape, dtype=torch.float32, seed=0):
-        g = torch.Generator().manual_seed(seed)
-        return torch.randn(*shape, generator=g, dtype=dtype)
+    from precompile_cases import f_n as f, x_
 
     mode, directory = sys.argv[1], sys.argv[2]
     store = DiskDynamoStore(directory + "/store")
@@ -605,7 +576,7 @@ def test_package_saved_then_loaded_in_a_fresh_process(tmp_path):
     def run(mode, guardjit_var):
         env = {k: v for k, v in os.environ.items() if not k.startswith("GUARDJIT")}
         here = str(pathlib.Path(guardjit.__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join([here, *filter(None, [env.get("PYTHONPATH")])])
+        env["PYTHONPATH"] = os.pathsep.join([here, HERE, *filter(None, [env.get("PYTHONPATH")])])
         if guardjit_var is not None:
             env["GUARDJIT"] = guardjit_var
         r = subprocess.run([sys.executable, str(script), mode, directory], env=env,
