@@ -231,6 +231,21 @@ def input_specs(model: torch.nn.Module, ep: Any, args: tuple, kwargs: dict,
     return [InputSpec(s.arg.name, src) for s, src in zip(user_tensors, sources)]
 
 
+def _mutated_sources(ep: Any, specs: list[InputSpec]) -> list[str]:
+    """The sources of the inputs the exported program writes in place (a
+    host must not pass such an input overlapping another: the package reads
+    the other after the write, eager before). torch.export's graph keeps
+    ``add_`` as it is; ``user_inputs_to_mutate`` is filled after
+    ``run_decompositions`` (which aoti_compile_and_package runs too)."""
+    names = set(ep.run_decompositions().graph_signature.user_inputs_to_mutate.values())
+    by_name = {s.name: s.source for s in specs}
+    unknown = names - by_name.keys()
+    if unknown:
+        raise ServeExportError(f"the program writes inputs {sorted(unknown)} that are not "
+                               "request tensors")
+    return [by_name[n] for n in sorted(names, key=list(by_name).index)]
+
+
 _ABSENT = object()
 
 
@@ -472,6 +487,7 @@ def build_bundle(model: torch.nn.Module, buckets: Sequence[Any], out_dir: str, *
 
     # 1. Export each bucket; one input order for all.
     eps, inputs = [], None
+    mutated: list[list[str]] = []  # per bucket: the input sources the package writes
     for i, (b, n) in enumerate(zip(bs, names)):
         say(f"[{i + 1}/{len(bs)}] {n}: torch.export.export")
         try:
@@ -488,6 +504,7 @@ def build_bundle(model: torch.nn.Module, buckets: Sequence[Any], out_dir: str, *
                                    f"from the first bucket's {[s.source for s in inputs]}")
         inputs = inputs or specs
         eps.append(ep)
+        mutated.append(_mutated_sources(ep, specs))
     assert inputs is not None
     sources = [s.source for s in inputs]
     _check_constants(bs, names)
@@ -552,6 +569,7 @@ def build_bundle(model: torch.nn.Module, buckets: Sequence[Any], out_dir: str, *
             },
             "select_stats": unit_stats[i],
             "package_compile_s": round(package_s[i], 2),
+            "mutates": mutated[i],
         }
         if examples:
             args, kwargs = given[i]

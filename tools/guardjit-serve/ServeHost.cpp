@@ -191,6 +191,20 @@ ServeHost::create(llvm::StringRef Dir, const ServeOptions &Opts) {
       return Bad("an artifact needs \"name\", \"package\", \"guards\", \"set\"");
     Artifact Art;
     Art.Name = Name->str();
+    if (const llvm::json::Array *Ms = A->getArray("mutates")) {
+      for (const llvm::json::Value &MV : *Ms) {
+        auto Src = MV.getAsString();
+        auto It = Src ? llvm::find_if(H->Inputs,
+                                      [&](const portable::InputInfo &In) {
+                                        return In.Source == *Src;
+                                      })
+                      : H->Inputs.end();
+        if (It == H->Inputs.end())
+          return Bad("artifact " + Art.Name +
+                     ": \"mutates\" names no manifest input");
+        Art.Mutates.push_back(static_cast<unsigned>(It - H->Inputs.begin()));
+      }
+    }
     std::vector<std::unique_ptr<portable::PortableSet>> Sets;
     if (llvm::Error E = H->loadSets(Dir, *Guards, &Sets))
       return E;
@@ -324,6 +338,46 @@ llvm::Expected<bool> ServeHost::check(const GuardSet &S, const Described &D,
   return Pass;
 }
 
+namespace {
+/// [Lo, Hi) of the bytes a DLTensor's elements occupy; empty for no
+/// elements.
+std::pair<uintptr_t, uintptr_t> byteRange(const DLTensor &T) {
+  uintptr_t Base = reinterpret_cast<uintptr_t>(T.data) + T.byte_offset;
+  int64_t Item = (T.dtype.bits * T.dtype.lanes + 7) / 8;
+  int64_t Lo = 0, Hi = 0, Contig = 1;
+  for (int K = T.ndim - 1; K >= 0; --K) {
+    if (T.shape[K] == 0)
+      return {Base, Base};
+    int64_t Stride = T.strides ? T.strides[K] : Contig;
+    int64_t Span = (T.shape[K] - 1) * Stride;
+    (Span < 0 ? Lo : Hi) += Span;
+    Contig *= T.shape[K];
+  }
+  return {Base + Lo * Item, Base + (Hi + 1) * Item};
+}
+} // namespace
+
+bool guardjit::serve::bytesOverlap(const DLTensor &A, const DLTensor &B) {
+  auto [ALo, AHi] = byteRange(A);
+  auto [BLo, BHi] = byteRange(B);
+  return ALo < AHi && BLo < BHi && ALo < BHi && BLo < AHi;
+}
+
+bool ServeHost::writesDoNotOverlap(const Artifact &A, const Described &D,
+                                   std::string *Why) const {
+  for (unsigned M : A.Mutates) {
+    for (unsigned K = 0; K < D.Tensors.size(); ++K) {
+      if (K != M && bytesOverlap(D.Tensors[M], D.Tensors[K])) {
+        if (Why)
+          *Why = "the package writes " + Inputs[M].Source +
+                 ", which overlaps " + Inputs[K].Source + " in memory";
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
 llvm::Expected<bool> ServeHost::checkFull(size_t I, const Described &D,
                                           std::string *Why) const {
   return check(Artifacts[I].Full, D, Why);
@@ -384,6 +438,12 @@ llvm::Expected<Decision> ServeHost::pickImpl(const Described &D,
         continue;
       }
     }
+    // Not a guard of torch's (NO_TENSOR_ALIASING compares identity), a
+    // condition of calling the package at all: checked under TrustSelect too.
+    if (!writesDoNotOverlap(A, D, Why)) {
+      Note(A.Name);
+      continue;
+    }
     Dec.Artifact = static_cast<int>(I);
     Dec.Why.clear();
     return Dec;
@@ -392,7 +452,7 @@ llvm::Expected<Decision> ServeHost::pickImpl(const Described &D,
     auto Full = check(Artifacts[FallbackIndex].Full, D, Why);
     if (!Full)
       return Full.takeError();
-    if (*Full) {
+    if (*Full && writesDoNotOverlap(Artifacts[FallbackIndex], D, Why)) {
       Dec.Artifact = FallbackIndex;
       Dec.ViaFallback = true;
       Dec.Why.clear();

@@ -97,6 +97,12 @@ struct Decision {
   std::string Why;       ///< a miss: the failing guard(s), per artifact
 };
 
+/// Whether the bytes the elements of `A` and `B` occupy overlap (strides in
+/// elements, NULL strides = compact row-major, as DLPack; no elements = no
+/// bytes). A request whose input a package writes must not overlap another
+/// input: eager reads the other before the write, the package after it.
+bool bytesOverlap(const DLTensor &A, const DLTensor &B);
+
 /// An exception's message; for c10::Error without its C++ backtrace.
 std::string exceptionMessage(const std::exception &E);
 
@@ -112,6 +118,10 @@ public:
     std::unique_ptr<torch::inductor::AOTIModelPackageLoader> Loader;
     GuardSet Full;
     GuardSet Select; ///< Select.Set may be null (no select section)
+    /// Manifest inputs the package writes in place ("mutates"): a request
+    /// where one overlaps another input in memory is refused (eager would
+    /// read the other before the write, the package after it).
+    std::vector<unsigned> Mutates;
   };
 
   /// Loads the bundle in `Dir`: manifest, guard sets (with
@@ -157,6 +167,10 @@ private:
                                     std::string *Why) const;
   llvm::Expected<bool> check(const GuardSet &S, const Described &D,
                              std::string *Why) const;
+  /// False (with *Why) when an input artifact `A` writes overlaps another
+  /// input's bytes.
+  bool writesDoNotOverlap(const Artifact &A, const Described &D,
+                          std::string *Why) const;
   llvm::Error loadSets(llvm::StringRef Dir, llvm::StringRef File,
                        std::vector<std::unique_ptr<portable::PortableSet>> *Out);
   llvm::Expected<GuardSet>
