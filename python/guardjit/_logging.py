@@ -20,7 +20,9 @@ tools"):
   guardjit's check of each cache entry (the interpreter's ``explain``; the
   recompile reason torch prints beside it comes from Dynamo's own tree);
 - ``TORCH_TRACE=dir`` (tlparse): a ``guardjit_unit`` JSON artifact per
-  converted unit, and :func:`trace_artifact` for any other report.
+  unit (converted or left to Dynamo), a ``guardjit_recompile`` one naming
+  the failing guard on a recompile, and :func:`trace_artifact` for any other
+  report.
 
 The artifact loggers are named ``torch._dynamo.guardjit.__guards`` and
 ``...__recompiles``: under ``torch`` so that torch's handler and format apply.
@@ -174,11 +176,13 @@ def unit_left(name: str, guards: int, reason: str) -> None:
 
 
 def check_failed(name: str, ir: Any, f_locals: Any) -> None:
-    """On a recompile (Dynamo's check_verbose of a guardjit unit): logs the
-    first guard that fails in guardjit's check of `f_locals` to torch's
-    ``recompiles`` log. Runs the interpreter only when that log is on."""
+    """On a recompile (Dynamo's check_verbose of a guardjit unit): names the
+    first guard that fails in guardjit's check of `f_locals` in torch's
+    ``recompiles`` log and as a ``guardjit_recompile`` artifact. Runs the
+    interpreter only when either is on."""
     recompiles_log = artifact_log("recompiles")
-    if not recompiles_log.isEnabledFor(logging.DEBUG):
+    logging_on = recompiles_log.isEnabledFor(logging.DEBUG)
+    if not logging_on and not tracing():
         return
     from guardjit import _core
 
@@ -186,4 +190,6 @@ def check_failed(name: str, ir: Any, f_locals: Any) -> None:
         why = _core.bind(ir).explain(f_locals) or "none (the check passes)"
     except Exception as e:  # diagnostics only
         why = f"unknown ({e!r})"
-    recompiles_log.debug("guardjit unit %s: first failing guard: %s", name, why)
+    if logging_on:
+        recompiles_log.debug("guardjit unit %s: first failing guard: %s", name, why)
+    trace_artifact("guardjit_recompile", {"unit": name, "first_failing_guard": why})

@@ -229,6 +229,9 @@ _TRACE_SCRIPT = textwrap.dedent("""
     with torch.no_grad():
         out = opt(x)
         assert torch.equal(out, m(x))
+    m[0].weight.requires_grad_(False)  # a recompile
+    with torch.no_grad():
+        assert torch.equal(opt(x), m(x))
     guardjit._logging.trace_artifact("guardjit_test_report", {"answer": 42})
 """)
 
@@ -244,7 +247,8 @@ def _trace_run(tmp_path: pathlib.Path) -> pathlib.Path:
 
 def _artifacts(log: pathlib.Path) -> list[tuple[dict, object]]:
     """(metadata line, payload) of every artifact in a TORCH_TRACE log: a
-    glog-style prefix, a JSON object, then the payload as tab-indented lines."""
+    glog-style prefix, a JSON object, then the payload as tab-indented lines
+    (decoded for guardjit's artifacts, raw text for torch's)."""
     out = []
     lines = log.read_text().splitlines()
     for i, line in enumerate(lines):
@@ -256,7 +260,10 @@ def _artifacts(log: pathlib.Path) -> list[tuple[dict, object]]:
             if not p.startswith("\t"):
                 break
             payload.append(p[1:])
-        out.append((meta, json.loads("\n".join(payload)) if payload else None))
+        text = "\n".join(payload)
+        # torch's own "json" artifacts may hold a bare string (recompile_reasons)
+        json_payload = meta["artifact"]["name"].startswith("guardjit") and payload
+        out.append((meta, json.loads(text) if json_payload else text))
     return out
 
 
@@ -264,7 +271,7 @@ def test_torch_trace_has_guardjit_unit_artifacts(tmp_path):
     log = _trace_run(tmp_path)
     arts = _artifacts(log)
     units = [(m, p) for m, p in arts if m["artifact"]["name"] == "guardjit_unit"]
-    assert len(units) == 1
+    assert [p["unit"] for _, p in units] == ["0/0", "0/1"]
     meta, payload = units[0]
     assert meta["artifact"]["encoding"] == "json"
     assert meta.get("frame_id") == 0 and meta.get("frame_compile_id") == 0
@@ -272,6 +279,12 @@ def test_torch_trace_has_guardjit_unit_artifacts(tmp_path):
     assert payload["status"] in ("native", "interpreter")
     assert payload["guards"] > 0 and sum(payload["kinds"].values()) == payload["checked_guards"]
     assert "TENSOR_MATCH" in payload["kinds"]
+    [(meta, recompile)] = [(m, p) for m, p in arts
+                           if m["artifact"]["name"] == "guardjit_recompile"]
+    assert meta.get("frame_compile_id") == 1  # logged in the recompile
+    assert recompile["unit"] == "0/0"
+    assert recompile["first_failing_guard"].startswith("guard #")
+    assert "TENSOR_MATCH" in recompile["first_failing_guard"]
     [report] = [p for m, p in arts if m["artifact"]["name"] == "guardjit_test_report"]
     assert report == {"answer": 42}
 
@@ -289,6 +302,7 @@ def test_tlparse_lists_guardjit_artifacts(tmp_path):
                    timeout=300, capture_output=True)
     files = [p.name for p in out.rglob("*") if p.is_file()]
     assert any(n.startswith("guardjit_unit") for n in files), files
+    assert any(n.startswith("guardjit_recompile") for n in files), files
     index = (out / "index.html").read_text()
     compile_pages = "".join(p.read_text() for p in out.rglob("*.html"))
     assert "guardjit_unit" in index + compile_pages
