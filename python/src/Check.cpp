@@ -323,6 +323,11 @@ void guardjit::python::populateCheck(py::module_ &M) {
       "The prelude guard set of `check` (its guards that may run Python, "
       "run before validation), or None.");
 
+  M.def("set_profiler_events", &setProfilerEvents, py::arg("on"),
+        "Turns the torch.profiler events of guardjit's checks (\"guardjit "
+        "check\" inside \"TorchDynamo Cache Lookup\", the skip markers) "
+        "on (the default) or off; returns the previous setting.");
+
   M.def(
       "time_guard_calls",
       [](py::handle Fn, py::handle FrameLocals, int Calls, bool Recorded) {

@@ -24,6 +24,11 @@ namespace guardjit {
 PyObject *makeNativeGuard(std::shared_ptr<CheckTarget> Target);
 /// The target of a callable made by makeNativeGuard, or null.
 std::shared_ptr<CheckTarget> nativeGuardTarget(PyObject *Callable);
+/// Turns the torch.profiler events of every callable on (the default) or
+/// off; returns the previous setting. Off, a call does not even test for a
+/// profiler (benchmarks of Dynamo's lookup event, whose self time would
+/// otherwise lose guardjit's check to its child event). Any thread.
+bool setProfilerEvents(bool On);
 /// Benchmark aid: ns per call of `Calls` calls of `T` on `FrameLocals`
 /// (borrowed), as the callable makes them (`Recorded`: with the
 /// torch.profiler event when a profiler runs, and torch's test for one when

@@ -162,6 +162,36 @@ def test_no_event_without_a_profiler():
     assert _core.guard_counters(unit.check)[0] - calls == 23
 
 
+def test_events_off_and_the_lookup_benchmark():
+    """set_profiler_events(False) drops the events; the lookup benchmark
+    turns them off while it profiles (the lookup's self time must hold
+    guardjit's whole check) and restores the setting."""
+    from guardjit.bench.lookup import LOOKUP_EVENT, profile_lookup_us
+
+    model, opt, x = _compiled()
+    assert _core.set_profiler_events(False) is True
+    try:
+        prof, outs = _profile(opt, x, 2)
+    finally:
+        assert _core.set_profiler_events(True) is False
+    assert len(_named(prof, LOOKUP_EVENT)) == 2
+    assert not [e for e in prof.events() if e.name.startswith("guardjit")]
+    seen: list[bool] = []
+
+    def call():
+        on = _core.set_profiler_events(False)  # read the setting
+        _core.set_profiler_events(on)
+        seen.append(on)
+        return opt(x)
+
+    with torch.no_grad():
+        events: list[int] = []
+        assert profile_lookup_us(call, 3, events) > 0
+        assert events == [3] and seen == [False] * 3
+        torch.testing.assert_close(outs[0], model(x))
+    assert _core.set_profiler_events(True) is True  # restored
+
+
 class _Lines(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
