@@ -255,6 +255,12 @@ class GuardJitManagerWrapper(_DynamoTreeWrapper):
         # full check stays.
         stance.install(self, self.root)
 
+    def check_verbose(self, x: Any) -> Any:
+        # Dynamo asks on every recompile: TORCH_LOGS=recompiles also names
+        # the first guard failing in guardjit's check.
+        _logging.check_failed(self.guardjit_name, self.guardjit_ir, x)
+        return super().check_verbose(x)
+
     def check(self, x: Any) -> bool:
         # Only Python calls this (AOTCompiledFunction.guard_check, debugging);
         # Dynamo's lookup calls the root from C++. A miss also runs Dynamo's
@@ -291,6 +297,7 @@ def _fallback(name: str, guards: int, reason: str, code: Any = None,
     _counters["units_dynamo"] += 1
     _counters["guards_total"] += guards
     _reasons[reason] += 1
+    _logging.unit_left(name, guards, reason)  # TORCH_LOGS=guards, TORCH_TRACE
     if config.keep_units:
         _units.append(Unit(name=name, status="dynamo", guards=guards, reason=reason, code=code))
     return reason
@@ -420,6 +427,9 @@ def _convert(wrapper: Any, f_locals: dict, code: Any,
         log.debug("compile unit %s: shape guard left in Python: %s", compile_id, why)
     for why in rec.aliasing_python_reasons:
         log.debug("compile unit %s: aliasing part left in Python: %s", compile_id, why)
+    # TORCH_LOGS=guards, TORCH_TRACE (guardjit_unit artifact)
+    _logging.unit_converted(compile_id, status, total, python_guards, ir, check, skip_declined,
+                            compile_ms)
     if config.keep_units:
         _units.append(Unit(
             name=compile_id, status=status, guards=total, python_guards=python_guards,

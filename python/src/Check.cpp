@@ -323,6 +323,24 @@ void guardjit::python::populateCheck(py::module_ &M) {
       "The prelude guard set of `check` (its guards that may run Python, "
       "run before validation), or None.");
 
+  M.def("set_profiler_events", &setProfilerEvents, py::arg("on"),
+        "Turns the torch.profiler events of guardjit's checks (\"guardjit "
+        "check\" inside \"TorchDynamo Cache Lookup\", the skip markers) "
+        "on (the default) or off; returns the previous setting.");
+
+  M.def(
+      "time_guard_calls",
+      [](py::handle Fn, py::handle FrameLocals, int Calls, bool Recorded) {
+        std::shared_ptr<CheckTarget> T = targetOf(Fn);
+        return timeGuardCalls(*T, FrameLocals.ptr(), Calls, Recorded);
+      },
+      py::arg("check"), py::arg("f_locals"), py::arg("calls"),
+      py::arg("recorded") = true,
+      "Benchmark aid: ns per call of `calls` calls of the check behind "
+      "`check` on `f_locals`, as the callable makes them (`recorded`: with "
+      "its torch.profiler event, or torch's test for a profiler when none "
+      "runs) or without the profiler test. GIL held.");
+
   M.def(
       "guard_counters",
       [](py::handle Fn) {
