@@ -32,7 +32,7 @@ pip_quiet() {  # pip without its "WARNING: Location ..." lines; fails when pip f
   return $rc
 }
 pip_quiet install -q --disable-pip-version-check "torch==$GJ_TORCH" "scikit-build-core>=0.10" \
-  "pybind11>=3.0" ninja "cmake>=3.25" pytest hypothesis lit transformers matplotlib tqdm
+  "pybind11>=3.0" ninja "cmake>=3.25" pytest hypothesis lit transformers matplotlib tqdm tlparse
 
 echo "==> building and installing guardjit against torch $GJ_TORCH (first build takes a few minutes)"
 # No build isolation: the build compiles against the installed torch's headers.

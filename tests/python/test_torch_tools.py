@@ -327,11 +327,12 @@ def _tlparse() -> str | None:
     return str(here) if here.exists() else shutil.which("tlparse")
 
 
-@pytest.mark.skipif(_tlparse() is None, reason="tlparse is not installed (pip install tlparse)")
 def test_tlparse_lists_guardjit_artifacts(tmp_path):
+    tlparse = _tlparse()
+    assert tlparse, "tlparse is not installed (scripts/setup.sh installs it from PyPI)"
     log = _trace_run(tmp_path)
     out = tmp_path / "tl_out"
-    subprocess.run([_tlparse(), str(log), "-o", str(out), "--no-browser"], check=True,
+    subprocess.run([tlparse, str(log), "-o", str(out), "--no-browser"], check=True,
                    timeout=300, capture_output=True)
     files = [p.name for p in out.rglob("*") if p.is_file()]
     assert any(n.startswith("guardjit_unit") for n in files), files
