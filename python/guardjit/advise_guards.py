@@ -68,12 +68,14 @@ def group_of(source: str, depth: int) -> str:
 
 
 class Recorder:
-    """A ``guard_filter_fn`` keeping what ``choose`` keeps (default: every
-    guard), recording per compile id the (source, guard type) of every
+    """A ``guard_filter_fn`` keeping what ``filter_fn`` (torch's form: the
+    list of entries in, one bool each out) or ``choose`` (one entry) keeps,
+    default every guard, recording per compile id the (source, guard type) of every
     guard it saw and of every guard it dropped."""
 
-    def __init__(self, choose: Callable[[Any], bool] | None = None) -> None:
-        self.choose = choose
+    def __init__(self, choose: Callable[[Any], bool] | None = None,
+                 filter_fn: Callable[[list], list[bool]] | None = None) -> None:
+        self.choose, self.filter_fn = choose, filter_fn
         self.seen: dict[str, list[tuple[str, str]]] = {}
         self.dropped: dict[str, list[tuple[str, str]]] = {}
 
@@ -81,7 +83,10 @@ class Recorder:
         from torch._guards import CompileContext
 
         cid = str(CompileContext.current_compile_id())
-        keep = [True if self.choose is None else bool(self.choose(e)) for e in entries]
+        if self.filter_fn is not None:
+            keep = [bool(k) for k in self.filter_fn(entries)]
+        else:
+            keep = [True if self.choose is None else bool(self.choose(e)) for e in entries]
         # torch may call the filter again for the same unit: the last call wins.
         self.seen[cid] = [(e.name, e.guard_type) for e in entries]
         self.dropped[cid] = [(e.name, e.guard_type) for e, k in zip(entries, keep) if not k]
