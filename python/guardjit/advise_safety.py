@@ -273,14 +273,17 @@ def assess(case: BenchCase, warmup: list[tuple], backend: str, limit: int,
                 continue
             on_source = [f"{readable(s)} ({k})" for s, k in d["dropped"]
                          if r["source"] != "<inputs>" and readable(s).startswith(r["source"])]
-            shown = (f"raises {o['error']} where eager does not" if o["error"]
+            shown = (f"raises where eager does not: {o['error'][:100]}" if o["error"]
                      else "output differs from eager")
             bites.append({"change": r["change"], "source": r["source"], "shown": shown,
                           "dropped_guards_on_source": on_source[:10]})
         tried = sum(1 for r in results if r["eager_error"] is None)
         if bites:
-            verdict = "; ".join(f"serves a stale graph when {b['source']} changes "
-                                f"(shown: {b['shown']})" for b in bites)
+            # A stale graph answers; a side that raises refused to answer.
+            verdict = "; ".join(
+                (f"fails when {b['source']} changes ({b['shown']})" if b["shown"].startswith("raises")
+                 else f"serves a stale graph when {b['source']} changes (shown: {b['shown']})")
+                for b in bites)
         else:
             verdict = f"safe on everything tried ({tried} changes)"
         options[name] = {"dropped_guards": d["dropped_guards"],
@@ -288,12 +291,30 @@ def assess(case: BenchCase, warmup: list[tuple], backend: str, limit: int,
                          **({"note": d["note"]} if "note" in d else {}),
                          **({"added_guards": d["added_guards"]} if "added_guards" in d else {}),
                          "safe": not bites, "bites": bites, "verdict": verdict}
-    return {"changes": results, "options": options}
+    return {"changes": results, "changes_run_in_eager": sum(1 for r in results
+                                                             if r["eager_error"] is None),
+            "options": options}
 
 
 def _try(changes: list[Change], sides: dict[str, Any], env: mut.Env, case: BenchCase,
          args0: tuple, kwargs: dict, exact: bool, tick: Callable[[str], None],
          what: str) -> list[dict[str, Any]]:
+    import logging
+
+    # Dynamo logs each failed recompile of a changed model (the changes
+    # are meant to break things): the report says what happened.
+    quiet = logging.getLogger("torch")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
+    try:
+        return _try_all(changes, sides, env, case, args0, kwargs, exact, tick, what)
+    finally:
+        quiet.setLevel(level)
+
+
+def _try_all(changes: list[Change], sides: dict[str, Any], env: mut.Env, case: BenchCase,
+             args0: tuple, kwargs: dict, exact: bool, tick: Callable[[str], None],
+             what: str) -> list[dict[str, Any]]:
     results = []
     for ch in changes:
         tick(f"{what}try {ch.label[:50]}")
