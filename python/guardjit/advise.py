@@ -31,6 +31,19 @@ from typing import Any
 import torch
 
 SCHEMA = "guardjit-advise/1"
+# The report's fields (docs/advise.md; the tests check every one).
+REPORT_FIELDS = ("schema", "model", "backend", "torch_version", "guardjit_torch_version",
+                 "settings", "warmup_inputs", "sides", "guardjit_vs_options", "guards", "layers",
+                 "unsafe", "guardjit_stats", "wall_s")
+SIDE_FIELDS = ("status", "lookup_us", "lookup_events_per_call", "check_us", "call_us",
+               "call_ratio_vs_torch")
+UNIT_FIELDS = ("name", "guards", "status", "reason", "guardjit_guards", "python_guards",
+               "python_kinds", "subtree_skip", "groups", "top_groups", "layers")
+GROUP_FIELDS = ("group", "guards", "kinds", "cost_us")
+LAYER_FIELDS = ("container", "count", "guards_per_layer", "lookup_us_per_layer")
+OPTION_FIELDS = ("dropped_guards", "dropped_by_group", "safe", "bites", "verdict")
+BITE_FIELDS = ("change", "source", "shown", "dropped_guards_on_source")
+CHANGE_FIELDS = ("change", "source", "steps", "eager_error", "sides")
 
 
 @dataclasses.dataclass
@@ -214,7 +227,11 @@ def load(spec: str, quick: bool) -> dict[str, Any]:
 
 
 def main(args: Any) -> int:
-    got = load(args.factory, args.quick)
+    try:
+        got = load(args.factory, args.quick)
+    except (ImportError, AttributeError, ValueError) as e:
+        print(f"python -m guardjit advise: error: {e}", file=sys.stderr)
+        return 2
     s = Settings.quick_mode() if args.quick else Settings()
     for field in ("depth", "groups", "changes", "rounds"):
         if getattr(args, field, None) is not None:

@@ -193,7 +193,8 @@ def guard_groups(case: BenchCase, backend: str, depth: int, measure: int, rounds
             for g, kinds in groups.items():
                 by_group[g].update(kinds)
             unit = {"name": cid, "guards": len(entries), **facts.get(cid, {
-                "status": "dynamo", "reason": "not offered to guardjit"}),
+                "status": "dynamo", "reason": "not offered to guardjit", "guardjit_guards": 0,
+                "python_guards": 0, "python_kinds": None, "subtree_skip": None}),
                     "groups": [{"group": g, "guards": sum(k.values()), "kinds": dict(k),
                                 "cost_us": None}
                                for g, k in sorted(groups.items(),

@@ -319,8 +319,9 @@ def _try_all(changes: list[Change], sides: dict[str, Any], env: mut.Env, case: B
     for ch in changes:
         tick(f"{what}try {ch.label[:50]}")
         undo = mut.Undo()
-        entry: dict[str, Any] = {"change": ch.label, "source": ch.source, "eager_error": None,
-                                 "sides": {}}
+        entry: dict[str, Any] = {"change": ch.label, "source": ch.source,
+                                 "steps": [st.as_dict() for st in ch.steps],
+                                 "eager_error": None, "sides": {}}
         try:
             try:
                 for step in ch.steps:
