@@ -190,9 +190,11 @@ def format_report(r: dict[str, Any]) -> str:
                        f"{kinds}")
     lay = r["layers"]
     if lay.get("count"):
-        per = ", ".join(f"{k} {v:.2f}" for k, v in lay["lookup_us_per_layer"].items())
-        out.append(f"  per layer ({lay['container']}, {lay['count']}): guards "
-                   f"{lay['guards_per_layer']}; lookup µs per layer: {per}")
+        per = ", ".join(f"{SIDE_LABELS.get(k, k).split(' (')[0]} {v:.2f}"
+                        for k, v in lay["lookup_us_per_layer"].items())
+        where = (f"{lay['container']}, guards per layer {lay['guards_per_layer']}"
+                 if lay["container"] else "layers as given")
+        out.append(f"  {lay['count']} layers ({where}); lookup µs per layer: {per}")
     u = r["unsafe"]
     out += ["", f"3. Which unsafe switch would bite ({len(u['changes'])} changes tried, "
                 f"{u['changes_run_in_eager']} of them run in eager: each side against eager)"]

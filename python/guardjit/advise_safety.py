@@ -102,7 +102,7 @@ def draw_changes(seen: list[tuple[str, str]], env: mut.Env, warmup: list[tuple],
         cat = ""
         if kind in ("CONSTANT_MATCH", "EQUALS_MATCH") and _literal_other(value) is not None:
             step, cat = mut.Step("set", source, _literal_other(value)), \
-                "globals" if source.startswith("G[") else "attribute"
+                "attribute" if source.startswith("self") else "globals"
         elif (kind == "TENSOR_MATCH" and isinstance(value, torch.nn.Parameter)
               and value.is_floating_point()):
             step, cat = mut.Step("t.requires_grad", source), "requires_grad_"
@@ -128,6 +128,10 @@ def draw_changes(seen: list[tuple[str, str]], env: mut.Env, warmup: list[tuple],
                                    and a.is_floating_point() else a for a in args)))
     by_cat["grad mode"].append(Change("torch.set_grad_enabled(flip)", "<global> GRAD_MODE",
                                       [mut.Step("g.grad", "")]))
+    for changes in by_cat.values():
+        # Shorter sources first: the model's own attributes and the module's
+        # own globals before what they reach through imports.
+        changes.sort(key=lambda c: len(c.source))
     out: list[Change] = []
     cats = [c for c in ("attribute", "requires_grad_", "train", "dtype", "list edit", "globals",
                         "grad mode") if by_cat[c]]
@@ -273,17 +277,25 @@ def assess(case: BenchCase, warmup: list[tuple], backend: str, limit: int,
                 continue
             on_source = [f"{readable(s)} ({k})" for s, k in d["dropped"]
                          if r["source"] != "<inputs>" and readable(s).startswith(r["source"])]
-            shown = (f"raises where eager does not: {o['error'][:100]}" if o["error"]
+            shown = (f"raises where eager does not: {o['error'].split('. ')[0][:120]}"
+                     if o["error"]
                      else "output differs from eager")
             bites.append({"change": r["change"], "source": r["source"], "shown": shown,
                           "dropped_guards_on_source": on_source[:10]})
         tried = sum(1 for r in results if r["eager_error"] is None)
         if bites:
             # A stale graph answers; a side that raises refused to answer.
-            verdict = "; ".join(
-                (f"fails when {b['source']} changes ({b['shown']})" if b["shown"].startswith("raises")
-                 else f"serves a stale graph when {b['source']} changes (shown: {b['shown']})")
-                for b in bites)
+            stale = [b["source"] for b in bites if not b["shown"].startswith("raises")]
+            fails = [b for b in bites if b["shown"].startswith("raises")]
+            parts = []
+            if stale:
+                parts.append(f"serves a stale graph when {', '.join(stale)} "
+                             f"change{'s' if len(stale) == 1 else ''} "
+                             "(shown: output differs from eager)")
+            if fails:
+                parts.append(f"fails when {', '.join(b['source'] for b in fails)} "
+                             f"change{'s' if len(fails) == 1 else ''} ({fails[0]['shown']})")
+            verdict = "; ".join(parts)
         else:
             verdict = f"safe on everything tried ({tried} changes)"
         options[name] = {"dropped_guards": d["dropped_guards"],
