@@ -185,6 +185,20 @@ class _Side:
             return self.model(*args, **kwargs)
 
 
+def _buffers(model: Any) -> dict[str, torch.Tensor]:
+    return {k: b.detach().clone() for k, b in model.named_buffers()} \
+        if isinstance(model, torch.nn.Module) else {}
+
+
+def _restore(model: Any, saved: dict[str, torch.Tensor]) -> None:
+    if not saved:
+        return
+    with torch.no_grad():
+        for k, b in model.named_buffers():
+            if k in saved and b.shape == saved[k].shape:
+                b.copy_(saved[k])
+
+
 def _run(side: Any, args: tuple, kwargs: dict) -> tuple[Any, str | None]:
     try:
         return side(args, kwargs), None
@@ -330,6 +344,7 @@ def _try_all(changes: list[Change], sides: dict[str, Any], env: mut.Env, case: B
     results = []
     for ch in changes:
         tick(f"{what}try {ch.label[:50]}")
+        before = _buffers(case.model)
         undo = mut.Undo()
         entry: dict[str, Any] = {"change": ch.label, "source": ch.source,
                                  "steps": [st.as_dict() for st in ch.steps],
@@ -344,10 +359,15 @@ def _try_all(changes: list[Change], sides: dict[str, Any], env: mut.Env, case: B
                 results.append(entry)
                 continue
             args = ch.inputs(args0) if ch.inputs else args0
+            # Every call starts from the same buffers: a call in train mode
+            # updates BatchNorm's running stats, which would otherwise make
+            # the next side differ from eager for no fault of its own.
+            start = _buffers(case.model)
             want, err = _run(lambda a, k: case.model(*a, **k), args, kwargs)
             if err is not None:
                 entry["eager_error"] = err
             for name, side in sides.items():
+                _restore(case.model, start)
                 got, serr = _run(side, args, kwargs)
                 same = (serr is None and err is None and _same(got, want, exact)) or \
                     (serr is not None and err is not None)
@@ -356,5 +376,6 @@ def _try_all(changes: list[Change], sides: dict[str, Any], env: mut.Env, case: B
             errors = undo.run()
             if errors:
                 raise RuntimeError(f"undoing {ch.label} failed: {errors[0]!r}")
+            _restore(case.model, before)
         results.append(entry)
     return results
