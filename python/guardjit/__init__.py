@@ -23,7 +23,7 @@ import torch  # noqa: F401  (must be loaded before guardjit._core)
 from guardjit import _compat
 
 __version__ = "0.1.0"
-__all__ = ["compile", "install", "uninstall", "stats", "enabled", "advise"]
+__all__ = ["compile", "install", "uninstall", "stats", "enabled"]
 
 
 def enabled() -> bool:
@@ -90,12 +90,6 @@ def __getattr__(name: str) -> Any:
         from guardjit._compiled import GuardJitOptimizeContext
 
         return GuardJitOptimizeContext
-    if name == "advise":
-        # guardjit.advise(model, example_inputs, warmup_inputs=None): the
-        # submodule is callable (docs/advise.md).
-        import importlib
-
-        return importlib.import_module("guardjit.advise")
     raise AttributeError(f"module 'guardjit' has no attribute {name!r}")
 
 
