@@ -163,7 +163,7 @@ def _same(a: Any, b: Any, exact: bool) -> bool:
 
 
 class _Side:
-    def __init__(self, name: str, case: BenchCase, backend: str) -> None:
+    def __init__(self, name: str, case: BenchCase, backend: str, tag: str = "") -> None:
         self.name = name
         self.config: dict = {}
         self.recorder = Recorder()
@@ -173,7 +173,7 @@ class _Side:
             opts = {"guard_filter_fn": self.recorder}
         elif name in (FREE_TENSORS, DICT_TAGS):
             self.config = {name: True}
-        be = SideBackend(backend, f"advise-{name}")
+        be = SideBackend(backend, f"advise-{name}{tag}")
         self.model = (guardjit.compile(case.model, backend=be, options=opts) if name == "guardjit"
                       else torch.compile(case.model, backend=be, options=opts))
 
@@ -264,7 +264,16 @@ def assess(case: BenchCase, warmup: list[tuple], backend: str, limit: int,
         first_cid = next(iter(sides["torch"].recorder.seen), None)
         changes = draw_changes(sides["torch"].recorder.seen.get(first_cid, []), env, warmup,
                                limit)
-        results = _try(changes, sides, env, case, args0, kwargs, exact, tick, "")
+        fresh = collections.Counter()
+
+        def rebuild(name: str) -> _Side:
+            fresh[name] += 1
+            side = _Side(name, case, backend, f"-{fresh[name]}")
+            for a in [args0] + warmup:
+                side(a, kwargs) if name != STANCE else side.model(*a, **kwargs)
+            return side
+
+        results = _try(changes, sides, env, case, args0, kwargs, exact, tick, "", rebuild)
         # The stance alone: its differentiating guards are those of the
         # code's entries, and every other side's entry would be one.
         torch._dynamo.reset()
@@ -277,17 +286,27 @@ def assess(case: BenchCase, warmup: list[tuple], backend: str, limit: int,
             plain(a, kwargs)
             stance.model(*a, **kwargs)  # warmed without the stance: the guide's order
         results_st = _try(changes, {"torch": plain, STANCE: stance}, env, case, args0, kwargs,
-                          exact, tick, "stance: ")
+                          exact, tick, "stance: ", rebuild)
         torch._dynamo.reset()
     for r, rs in zip(results, results_st):
-        r["sides"][STANCE] = rs["sides"][STANCE]
+        if STANCE in rs["sides"]:
+            r["sides"][STANCE] = rs["sides"][STANCE]
     options: dict[str, Any] = {}
     for name in OPTIONS + ("guardjit",):
         d = drops.get(name, {"dropped_guards": 0, "dropped": []})
         bites = []
         for r in results:
             o = r["sides"].get(name)
-            if o is None or o["same_as_eager"] or not r["sides"]["torch"]["same_as_eager"]:
+            t = r["sides"].get("torch")
+            if o is None or t is None:
+                continue
+            if not o.get("same_after_undo", True) and t.get("same_after_undo", True) \
+                    and (o["same_as_eager"] or not t["same_as_eager"]):
+                bites.append({"change": r["change"], "source": r["source"],
+                              "shown": "output differs from eager after the change was undone",
+                              "dropped_guards_on_source": []})
+                continue
+            if o["same_as_eager"] or not t["same_as_eager"]:
                 continue
             on_source = [f"{readable(s)} ({k})" for s, k in d["dropped"]
                          if r["source"] != "<inputs>" and readable(s).startswith(r["source"])]
@@ -299,7 +318,8 @@ def assess(case: BenchCase, warmup: list[tuple], backend: str, limit: int,
         tried = sum(1 for r in results if r["eager_error"] is None)
         if bites:
             # A stale graph answers; a side that raises refused to answer.
-            stale = [b["source"] for b in bites if not b["shown"].startswith("raises")]
+            stale = [b["source"] + (" (and back)" if "undone" in b["shown"] else "")
+                     for b in bites if not b["shown"].startswith("raises")]
             fails = [b for b in bites if b["shown"].startswith("raises")]
             parts = []
             if stale:
@@ -324,7 +344,7 @@ def assess(case: BenchCase, warmup: list[tuple], backend: str, limit: int,
 
 def _try(changes: list[Change], sides: dict[str, Any], env: mut.Env, case: BenchCase,
          args0: tuple, kwargs: dict, exact: bool, tick: Callable[[str], None],
-         what: str) -> list[dict[str, Any]]:
+         what: str, rebuild: Callable[[str], Any] | None = None) -> list[dict[str, Any]]:
     import logging
 
     # Dynamo logs each failed recompile of a changed model (the changes
@@ -333,14 +353,14 @@ def _try(changes: list[Change], sides: dict[str, Any], env: mut.Env, case: Bench
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)
     try:
-        return _try_all(changes, sides, env, case, args0, kwargs, exact, tick, what)
+        return _try_all(changes, sides, env, case, args0, kwargs, exact, tick, what, rebuild)
     finally:
         quiet.setLevel(level)
 
 
 def _try_all(changes: list[Change], sides: dict[str, Any], env: mut.Env, case: BenchCase,
              args0: tuple, kwargs: dict, exact: bool, tick: Callable[[str], None],
-             what: str) -> list[dict[str, Any]]:
+             what: str, rebuild: Callable[[str], Any] | None) -> list[dict[str, Any]]:
     results = []
     for ch in changes:
         tick(f"{what}try {ch.label[:50]}")
@@ -377,5 +397,19 @@ def _try_all(changes: list[Change], sides: dict[str, Any], env: mut.Env, case: B
             if errors:
                 raise RuntimeError(f"undoing {ch.label} failed: {errors[0]!r}")
             _restore(case.model, before)
+        # Changed back: a side that still differs from eager on the example
+        # serves the entry compiled while the change was in effect. That
+        # is this change's bite; the side is compiled afresh so that the
+        # next change starts clean.
+        want, err = _run(lambda a, k: case.model(*a, **k), args0, kwargs)
+        for name, side in list(sides.items()):
+            _restore(case.model, before)
+            got, serr = _run(side, args0, kwargs)
+            back = err is None and serr is None and _same(got, want, exact)
+            if name in entry["sides"]:
+                entry["sides"][name]["same_after_undo"] = back
+            if not back and rebuild is not None:
+                sides[name] = rebuild(name)
+        _restore(case.model, before)
         results.append(entry)
     return results
