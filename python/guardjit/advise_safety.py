@@ -310,15 +310,20 @@ def assess(case: BenchCase, warmup: list[tuple], backend: str, limit: int,
                 continue
             on_source = [f"{readable(s)} ({k})" for s, k in d["dropped"]
                          if r["source"] != "<inputs>" and readable(s).startswith(r["source"])]
-            shown = (f"raises where eager does not: {o['error'].split('. ')[0][:120]}"
-                     if o["error"]
-                     else "output differs from eager")
+            if o["error"]:
+                shown = f"raises where eager does not: {o['error'].split('. ')[0][:120]}"
+            elif r["eager_error"]:
+                shown = f"answers where eager raises {r['eager_error'].split('. ')[0][:120]}"
+            else:
+                shown = "output differs from eager"
             bites.append({"change": r["change"], "source": r["source"], "shown": shown,
                           "dropped_guards_on_source": on_source[:10]})
-        tried = sum(1 for r in results if r["eager_error"] is None)
+        tried = sum(1 for r in results
+                    if not (r["eager_error"] or "").startswith("not applicable"))
         if bites:
             # A stale graph answers; a side that raises refused to answer.
-            stale = [b["source"] + (" (and back)" if "undone" in b["shown"] else "")
+            stale = [b["source"] + (" (and back)" if "undone" in b["shown"] else
+                                    " (eager raises)" if b["shown"].startswith("answers") else "")
                      for b in bites if not b["shown"].startswith("raises")]
             fails = [b for b in bites if b["shown"].startswith("raises")]
             parts = []
