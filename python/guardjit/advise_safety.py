@@ -199,6 +199,28 @@ def _restore(model: Any, saved: dict[str, torch.Tensor]) -> None:
                 b.copy_(saved[k])
 
 
+def verdict_of(bites: list[dict[str, Any]], tried: int) -> str:
+    """The option's verdict in words, from its bites."""
+    if not bites:
+        return f"safe on everything tried ({tried} changes)"
+    # A stale graph answers; a side that raises refused to answer.
+    stale = [b["source"] + (" (and back)" if "undone" in b["shown"] else
+                            " (eager raises)" if b["shown"].startswith("answers") else "")
+             for b in bites if not b["shown"].startswith("raises")]
+    fails = [b for b in bites if b["shown"].startswith("raises")]
+    parts = []
+    if stale:
+        shown = "output differs from eager"
+        if any(x.endswith("(eager raises)") for x in stale):
+            shown += "; where marked, eager raises and it answers"
+        parts.append(f"serves a stale graph when {', '.join(stale)} "
+                     f"change{'s' if len(stale) == 1 else ''} (shown: {shown})")
+    if fails:
+        parts.append(f"fails when {', '.join(b['source'] for b in fails)} "
+                     f"change{'s' if len(fails) == 1 else ''} ({fails[0]['shown']})")
+    return "; ".join(parts)
+
+
 def _run(side: Any, args: tuple, kwargs: dict) -> tuple[Any, str | None]:
     try:
         return side(args, kwargs), None
@@ -320,23 +342,7 @@ def assess(case: BenchCase, warmup: list[tuple], backend: str, limit: int,
                           "dropped_guards_on_source": on_source[:10]})
         tried = sum(1 for r in results
                     if not (r["eager_error"] or "").startswith("not applicable"))
-        if bites:
-            # A stale graph answers; a side that raises refused to answer.
-            stale = [b["source"] + (" (and back)" if "undone" in b["shown"] else
-                                    " (eager raises)" if b["shown"].startswith("answers") else "")
-                     for b in bites if not b["shown"].startswith("raises")]
-            fails = [b for b in bites if b["shown"].startswith("raises")]
-            parts = []
-            if stale:
-                parts.append(f"serves a stale graph when {', '.join(stale)} "
-                             f"change{'s' if len(stale) == 1 else ''} "
-                             "(shown: output differs from eager)")
-            if fails:
-                parts.append(f"fails when {', '.join(b['source'] for b in fails)} "
-                             f"change{'s' if len(fails) == 1 else ''} ({fails[0]['shown']})")
-            verdict = "; ".join(parts)
-        else:
-            verdict = f"safe on everything tried ({tried} changes)"
+        verdict = verdict_of(bites, tried)
         options[name] = {"dropped_guards": d["dropped_guards"],
                          "dropped_by_group": _summary(d["dropped"]),
                          **({"note": d["note"]} if "note" in d else {}),
