@@ -79,6 +79,12 @@ class Recorder:
         self.seen: dict[str, list[tuple[str, str]]] = {}
         self.dropped: dict[str, list[tuple[str, str]]] = {}
 
+    def snapshot(self) -> Recorder:
+        """A copy of what was recorded so far (this one keeps recording)."""
+        copy = Recorder(self.choose, self.filter_fn)
+        copy.seen, copy.dropped = dict(self.seen), dict(self.dropped)
+        return copy
+
     def __call__(self, entries: list) -> list[bool]:
         from torch._guards import CompileContext
 

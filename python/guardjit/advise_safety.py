@@ -273,19 +273,23 @@ def assess(case: BenchCase, warmup: list[tuple], backend: str, limit: int,
         with capture_units() as got:
             for s in sides.values():
                 s(args0, kwargs)
+        # What each option drops from the units of the example call (later
+        # recompiles, on warm-up inputs and changes, record too).
         for s in sides.values():
-            for a in warmup:
-                s(a, kwargs)
+            s.recorder = s.recorder.snapshot()
         torch_seen = [g for v in sides["torch"].recorder.seen.values() for g in v]
         free_seen = [g for v in sides[FREE_TENSORS].recorder.seen.values() for g in v]
         drops = _drops(sides, torch_seen, free_seen)
+        first_cid = next(iter(sides["torch"].recorder.seen), None)
+        first_seen = sides["torch"].recorder.seen.get(first_cid, [])
+        for s in sides.values():
+            for a in warmup:
+                s(a, kwargs)
         # The changes are drawn on the first unit of plain torch (its frame
         # locals and globals).
         first = got[0]
         env = mut.Env(dict(first.f_locals), {"G": _globals_of(first.code), **first.f_locals})
-        first_cid = next(iter(sides["torch"].recorder.seen), None)
-        changes = draw_changes(sides["torch"].recorder.seen.get(first_cid, []), env, warmup,
-                               limit)
+        changes = draw_changes(first_seen, env, warmup, limit)
         fresh = collections.Counter()
 
         def rebuild(name: str) -> _Side:
