@@ -194,7 +194,47 @@ def main(argv: list[str] | None = None) -> int:
     fuzz.add_argument("--replay", metavar="FILE.py", help="replay a saved reproducer and exit")
     fuzz.add_argument("--no-progress", action="store_true", help="no progress bar")
 
+    advise = sub.add_parser(
+        "advise", help="torch's guard-overhead guide as one command, for one model",
+        description="Compiles the model a factory returns with plain torch.compile, each "
+                    "option of torch's guide to guard overhead and guardjit; measures the "
+                    "cache lookup, guard check and whole call of each, interleaved in one "
+                    "process; shows where the guard time goes (guards by source subtree "
+                    "and kind, measured native time of the largest groups, per layer) and, "
+                    "for each unsafe filter, install_free_tensors, dict tags and the "
+                    "skip_guard_eval_unsafe stance, whether it serves a stale graph on "
+                    "changes of the model's state drawn from the fuzzer, shown against "
+                    "eager. See docs/advise.md.")
+    advise.add_argument("factory", metavar="MODULE:FACTORY",
+                        help="a callable returning a guardjit.models.ModelCase, a "
+                             "guardjit.bench.corpus.BenchCase or (model, example_args), "
+                             "e.g. guardjit.models:cnn")
+    advise.add_argument("--json", metavar="FILE",
+                        help="also write the report as JSON (- for stdout)")
+    advise.add_argument("--backend", default="eager",
+                        help="torch.compile backend (default: eager; guards are the same)")
+    advise.add_argument("--quick", action="store_true",
+                        help="fewer rounds, groups and changes; quick=True to bench factories")
+    advise.add_argument("--depth", type=int, metavar="N",
+                        help="source steps below the frame local that name a group (default: 2)")
+    advise.add_argument("--groups", type=int, metavar="N",
+                        help="largest groups whose native time is measured, one compile each "
+                             "(default: 5; 3 with --quick)")
+    advise.add_argument("--changes", type=int, metavar="N",
+                        help="changes of the model's state tried (default: 16; 8 with --quick)")
+    advise.add_argument("--rounds", type=int, metavar="N", help="interleaved rounds")
+    advise.add_argument("--no-progress", action="store_true", help="no progress bar")
+
     args = parser.parse_args(argv)
+    if args.command == "advise":
+        from guardjit import advise as advise_mod
+
+        if args.json and args.json != "-":
+            try:
+                _output_file(args.json)
+            except argparse.ArgumentTypeError as e:
+                advise.error(f"argument --json: {e}")
+        return advise_mod.main(args)
     if args.command == "fuzz":
         from guardjit.fuzz import driver
 
