@@ -135,8 +135,9 @@ def main(argv: list[str] | None = None) -> int:
                              "guardjit.serving:tiny")
     export.add_argument("--bucket", action="append", metavar="SPEC",
                         help="--serve: one bucket derived from the factory's first example, "
-                             "batch=N,dtype=D,name=S (each optional): dim 0 of every tensor "
-                             "input becomes N, floating inputs and a copy of the model become dtype D; repeat for "
+                             "batch=N,dtype=D,model_dtype=D,name=S (each optional): dim 0 of "
+                             "every tensor input becomes N, floating inputs become dtype D, "
+                             "model_dtype=D serves a copy of the model in D; repeat for "
                              "more buckets (default: the factory's buckets)")
     export.add_argument("--json", metavar="FILE",
                         help="--serve: also write a summary as JSON (- for stdout, instead "

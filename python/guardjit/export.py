@@ -236,8 +236,8 @@ def _derive_bucket(args: tuple, kwargs: dict, spec: str) -> Any:
     """A bucket from the example and ``batch=N,dtype=D,name=S``: dim 0 of
     every tensor input whose dim 0 is the first tensor's (the batch) becomes
     N (rows repeated or cut, so integer inputs keep valid values) and every
-    floating tensor input becomes dtype D (serve_case also gives the bucket
-    a copy of the model in D)."""
+    floating tensor input becomes dtype D; ``model_dtype=D`` (serve_case)
+    gives the bucket a copy of the model in D."""
     from torch.utils import _pytree as pytree
 
     from guardjit import serving
@@ -245,8 +245,9 @@ def _derive_bucket(args: tuple, kwargs: dict, spec: str) -> Any:
     fields: dict[str, str] = {}
     for part in spec.split(","):
         key, sep, value = part.partition("=")
-        if not sep or key.strip() not in ("batch", "dtype", "name") or not value.strip():
-            raise ValueError(f"--bucket {spec!r}: expected batch=N,dtype=D,name=S "
+        if not sep or key.strip() not in ("batch", "dtype", "model_dtype", "name") \
+                or not value.strip():
+            raise ValueError(f"--bucket {spec!r}: expected batch=N,dtype=D,model_dtype=D,name=S "
                              "(each optional, at least one)")
         fields[key.strip()] = value.strip()
     batch = int(fields["batch"]) if "batch" in fields else None
@@ -255,6 +256,9 @@ def _derive_bucket(args: tuple, kwargs: dict, spec: str) -> Any:
         dtype = getattr(torch, fields["dtype"], None)
         if not isinstance(dtype, torch.dtype):
             raise ValueError(f"--bucket {spec!r}: unknown dtype {fields['dtype']!r}")
+    if "model_dtype" in fields and not isinstance(getattr(torch, fields["model_dtype"], None),
+                                                  torch.dtype):
+        raise ValueError(f"--bucket {spec!r}: unknown dtype {fields['model_dtype']!r}")
 
     tensors = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
     if batch is not None and (not tensors or tensors[0].dim() == 0 or tensors[0].shape[0] == 0):
@@ -296,14 +300,14 @@ def serve_case(spec: str, bucket_specs: list[str] | None, quick: bool = False) -
         buckets = [_derive_bucket(base.args, base.kwargs, s) for s in bucket_specs]
         copies: dict = {}
         for b, s in zip(buckets, bucket_specs):
-            b.model = _model_for_dtype(model, _bucket_dtype(s), copies)
+            b.model = _model_for_dtype(model, _bucket_model_dtype(s), copies)
     return name, model, buckets
 
 
-def _bucket_dtype(spec: str) -> torch.dtype | None:
+def _bucket_model_dtype(spec: str) -> torch.dtype | None:
     for part in spec.split(","):
         key, _, value = part.partition("=")
-        if key.strip() == "dtype":
+        if key.strip() == "model_dtype":
             return getattr(torch, value.strip())
     return None
 
@@ -312,7 +316,7 @@ def _model_for_dtype(model: torch.nn.Module, dtype: torch.dtype | None,
                      copies: dict) -> torch.nn.Module | None:
     """A copy of ``model`` with its floating parameters and buffers in
     ``dtype`` (one per dtype), or None when they already are (or there is
-    no dtype): a dtype bucket serves a model of that dtype."""
+    no dtype): a ``model_dtype`` bucket serves a model of that dtype."""
     floats = [t for t in (*model.parameters(), *model.buffers()) if t.is_floating_point()]
     if dtype is None or not dtype.is_floating_point or all(t.dtype == dtype for t in floats):
         return None

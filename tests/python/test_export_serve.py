@@ -393,12 +393,14 @@ def plain_linear():
 
 
 def test_dtype_bucket_serves_a_model_of_that_dtype(tmp_path):
-    """``--bucket dtype=bfloat16`` casts the inputs and a copy of the model,
-    so a plain Linear model exports a bfloat16 package (before, its bucket
-    failed: mat1 and mat2 must have the same dtype). The factory's model
-    stays float32; each package matches eager of its own model."""
-    name, model, buckets = export.serve_case("test_export_serve:plain_linear",
-                                             ["batch=2", "batch=2,dtype=bfloat16"])
+    """``--bucket dtype=bfloat16,model_dtype=bfloat16`` casts the inputs and
+    a copy of the model, so a plain Linear model exports a bfloat16 package
+    (with ``dtype`` alone its bucket fails: mat1 and mat2 must have the same
+    dtype). The factory's model stays float32; each package matches eager of
+    its own model."""
+    name, model, buckets = export.serve_case(
+        "test_export_serve:plain_linear",
+        ["batch=2", "batch=2,dtype=bfloat16,model_dtype=bfloat16"])
     assert buckets[0].model is None
     assert buckets[1].model is not model
     assert buckets[1].model.fc.weight.dtype == torch.bfloat16
