@@ -10,8 +10,7 @@ of the C++ spdlog logger (``_core.set_log_level``) alike; both write
 means ``info``. :func:`configure` changes the level at run time.
 
 guardjit also speaks through torch's own logging, so its lines appear where
-torch's do and under torch's switches (docs/advise.md "guardjit in torch's
-tools"):
+torch's do and under torch's switches (docs/torch-tools.md):
 
 - ``TORCH_LOGS=guards`` (``torch._logging.set_logs(guards=True)``): one line
   per compile unit guardjit converts (its unit id, guard count, tier, subtree
