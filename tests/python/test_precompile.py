@@ -75,6 +75,17 @@ def _aot_function(install: bool):
         guardjit.uninstall()
 
 
+def _load_installed(path: str):
+    """``load_compiled_function(path)`` with guardjit installed for the load
+    (its unit is deferred to its first check), uninstalled after."""
+    assert guardjit.install()
+    try:
+        with open(path, "rb") as fh:
+            return torch.compiler.load_compiled_function(fh)
+    finally:
+        guardjit.uninstall()
+
+
 def _check_of(fn):
     wrapper = fn._artifacts.guard_manager
     assert isinstance(wrapper, plugin.GuardJitManagerWrapper)
@@ -127,12 +138,7 @@ def test_loaded_function_converts_at_its_first_passing_check(tmp_path):
     plain = _run(plain_fn, calls)
 
     before = guardjit.stats()
-    assert guardjit.install()
-    try:
-        with open(path, "rb") as fh:
-            fn = torch.compiler.load_compiled_function(fh)
-    finally:
-        guardjit.uninstall()
+    fn = _load_installed(path)
     assert isinstance(fn._artifacts.guard_manager, plugin.DeferredManagerWrapper)
     assert guardjit.stats()["precompile"]["pending"] == before["precompile"]["pending"] + 1
     got = _run(fn, calls[:2])
@@ -171,12 +177,7 @@ def test_loaded_variants_side_by_side(tmp_path, variant):
     with open(path, "rb") as fh:
         plain = _run(torch.compiler.load_compiled_function(fh), calls)
     before = guardjit.stats()["precompile"]
-    assert guardjit.install()
-    try:
-        with open(path, "rb") as fh:
-            fn = torch.compiler.load_compiled_function(fh)
-    finally:
-        guardjit.uninstall()
+    fn = _load_installed(path)
     got = _run(fn, calls[:1])
     check = _check_of(fn)
     calls0 = _native_calls(check)
@@ -196,12 +197,7 @@ def test_threads_calling_a_loaded_artifact_first(tmp_path):
     path = str(tmp_path / "f.bin")
     _aot_function(install=False).save_compiled_function(path)
     before = guardjit.stats()["precompile"]
-    assert guardjit.install()
-    try:
-        with open(path, "rb") as fh:
-            fn = torch.compiler.load_compiled_function(fh)
-    finally:
-        guardjit.uninstall()
+    fn = _load_installed(path)
     results: list = []
     start = threading.Barrier(4)
 
@@ -285,12 +281,7 @@ def test_a_dropped_loaded_artifact_frees_its_check(tmp_path):
     path = str(tmp_path / "f.bin")
     _aot_function(install=False).save_compiled_function(path)
     base = _live_checks()
-    assert guardjit.install()
-    try:
-        with open(path, "rb") as fh:
-            loaded = torch.compiler.load_compiled_function(fh)
-    finally:
-        guardjit.uninstall()
+    loaded = _load_installed(path)
     loaded(*_CALLS[0][1]())  # converts
     wrapper = weakref.ref(loaded._artifacts.guard_manager)
     assert isinstance(wrapper(), plugin.GuardJitManagerWrapper)
