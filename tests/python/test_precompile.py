@@ -342,6 +342,30 @@ def test_aot_compiled_module_with_two_inputs_side_by_side():
     assert calls == [2 + 1 + 2 + 2 + 2 + 1, 2 + 1 + 1 + 2]
 
 
+@pytest.mark.parametrize("option", ["use_recursive_dict_tags_for_guards",
+                                    "install_free_tensors"])
+def test_aot_compiled_module_under_torch_options_side_by_side(option):
+    """The module route under dict tags or install_free_tensors, with the
+    weights changed in place between two passes: guardjit's answers and
+    error texts are plain torch's, and its native checks run."""
+    with torch._dynamo.config.patch(**{option: True}):
+        got = {}
+        for install in (False, True):
+            torch._dynamo.reset()
+            net, opt = _aot_module(install)
+            got[install] = _run_module(net, opt)
+            with torch.no_grad():
+                net.lin.weight.mul_(2)
+            got[install] += _run_module(net, opt)
+            if install:
+                wrappers = [r._artifacts.guard_manager for r in opt.forward.compiled_results]
+                assert all(isinstance(w, plugin.GuardJitManagerWrapper) for w in wrappers)
+                assert sum(_native_calls(w.guardjit_check) for w in wrappers) > 0
+    assert got[True] == got[False]
+    assert [r for _, r in got[True] if not r.startswith("GuardManager check failed")] \
+        == ["ok"] * 8
+
+
 def test_the_stance_does_not_reach_precompiled_functions():
     """torch checks AOTCompiledFunction's full guards under
     skip_guard_eval_unsafe too (AOTCompiledFunction.__call__ reads no
