@@ -23,6 +23,13 @@ def _output_file(path: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # `advise [options] -- script.py ARGS`: everything after `--` is the
+    # script's, options included.
+    script = None
+    if argv[:1] == ["advise"] and "--" in argv:
+        cut = argv.index("--")
+        argv, script = argv[:cut], argv[cut + 1:]
     parser = argparse.ArgumentParser(
         prog="python -m guardjit",
         description="guardjit: torch.compile guard sets compiled to native code.")
@@ -197,6 +204,12 @@ def main(argv: list[str] | None = None) -> int:
 
     advise = sub.add_parser(
         "advise", help="torch's guard-overhead guide as one command, for one model",
+        usage="python -m guardjit advise [options] MODULE:FACTORY\n"
+              "       python -m guardjit advise [options] -- script.py [ARGS ...]",
+        epilog="-- script.py ARGS runs the script as python script.py ARGS would, with every "
+               "torch.compile, nn.Module.compile and guardjit.compile observed, then advises "
+               "on each compiled module or function with the inputs of its calls, the "
+               "most-called first (--targets); --json then writes guardjit-advise-script/1.",
         description="Compiles the model a factory returns with plain torch.compile, each "
                     "option of torch's guide to guard overhead and guardjit; measures the "
                     "cache lookup, guard check and whole call of each, interleaved in one "
@@ -206,10 +219,15 @@ def main(argv: list[str] | None = None) -> int:
                     "skip_guard_eval_unsafe stance, whether it serves a stale graph on "
                     "changes of the model's state drawn from the fuzzer, shown against "
                     "eager. See docs/advise.md.")
-    advise.add_argument("factory", metavar="MODULE:FACTORY",
+    advise.add_argument("factory", metavar="MODULE:FACTORY", nargs="?",
                         help="a callable returning a guardjit.models.ModelCase, a "
                              "guardjit.bench.corpus.BenchCase or (model, example_args), "
-                             "e.g. guardjit.models:cnn")
+                             "e.g. guardjit.models:cnn; or, instead, -- script.py ARGS: runs "
+                             "the script (everything after -- is its) and advises on what "
+                             "it compiled")
+    advise.add_argument("--targets", type=int, default=3, metavar="N",
+                        help="-- script.py: advise on the N most-called compiled targets "
+                             "(default: 3; 0: all)")
     advise.add_argument("--json", metavar="FILE",
                         help="also write the report as JSON (- for stdout)")
     advise.add_argument("--backend", default="eager",
@@ -230,11 +248,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "advise":
         from guardjit import advise as advise_mod
 
+        if (args.factory is None) == (script is None):
+            advise.error("give MODULE:FACTORY or -- script.py ARGS (one of them)")
+        if script == []:
+            advise.error("-- must be followed by the script to run")
         if args.json and args.json != "-":
             try:
                 _output_file(args.json)
             except argparse.ArgumentTypeError as e:
                 advise.error(f"argument --json: {e}")
+        if script is not None:
+            from guardjit import advise_script
+
+            args.script = script
+            return advise_script.main(args)
         return advise_mod.main(args)
     if args.command == "fuzz":
         from guardjit.fuzz import driver

@@ -114,6 +114,9 @@ def advise(model: Any, example_inputs: Any, warmup_inputs: list | None = None, *
     start = time.perf_counter()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    # Under GUARDJIT=1 (guardjit.install) every compile would be guardjit's,
+    # the plain-torch sides included: only the guardjit sides are, here.
+    route_all, plugin.config.route_all = plugin.config.route_all, False
     try:
         with torch.no_grad():
             sides = measure_sides(case, warm, backend, s.rounds, s.profile_calls, s.target_ms,
@@ -121,6 +124,7 @@ def advise(model: Any, example_inputs: Any, warmup_inputs: list | None = None, *
             guards = guard_groups(case, backend, s.depth, s.groups, s.rounds, s.target_ms, tick)
             unsafe = assess(case, warm, backend, s.changes, tick)
     finally:
+        plugin.config.route_all = route_all
         torch.set_num_threads(threads)
         bar.close()
     found = next((u["layers"] for u in guards["units"] if u["layers"]), None)
