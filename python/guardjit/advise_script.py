@@ -386,7 +386,7 @@ def main(args: Any) -> int:
                                      not args.no_progress)
     for e in entries:
         if e.get("skipped"):
-            print(f"not advised: {e['target']} ({e['calls']} calls): {e['skipped']}")
+            print(f"not advised: {e['target']} (calls: {e['calls']}): {e['skipped']}")
     if args.json:
         text = json.dumps({"schema": SCHEMA, "script": os.path.abspath(script), "argv": argv,
                            "targets": entries}, indent=1, default=str)
