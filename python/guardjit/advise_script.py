@@ -349,7 +349,9 @@ def advise_targets(targets: list[Target], limit: int, backend: str, settings: An
         entry["report"] = report
         print(advise_mod.format_report(report), file=out)
         tried = [c["change"] for c in report["unsafe"]["changes"]]
-        print(f"  changes tried: {', '.join(tried) if tried else 'none'}", file=out)
+        what = ("changes tried (a function: no module of its own; the globals it reads, "
+                "grad mode, the warm-up inputs)" if t.kind == "function" else "changes tried")
+        print(f"  {what}: {', '.join(tried) if tried else 'none'}", file=out)
     return entries, failed
 
 
@@ -382,6 +384,9 @@ def main(args: Any) -> int:
         print(f"{err} {script} compiled {', '.join(t.name for t in targets)} but never "
               "called the result: no inputs to advise on", file=sys.stderr)
         return 2
+    from guardjit import plugin
+
+    installed = plugin.config.route_all  # GUARDJIT=1, or guardjit.install() in the script
     entries, failed = advise_targets(targets, args.targets, args.backend, _settings(args),
                                      not args.no_progress)
     for e in entries:
@@ -389,7 +394,8 @@ def main(args: Any) -> int:
             print(f"not advised: {e['target']} (calls: {e['calls']}): {e['skipped']}")
     if args.json:
         text = json.dumps({"schema": SCHEMA, "script": os.path.abspath(script), "argv": argv,
-                           "targets": entries}, indent=1, default=str)
+                           "guardjit_installed": installed, "targets": entries},
+                          indent=1, default=str)
         if args.json == "-":
             print(text)
         else:

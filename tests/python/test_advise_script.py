@@ -29,7 +29,7 @@ SCRIPT = textwrap.dedent("""
     import torch
     from torch import nn
 
-    SCALE = 2.0
+    from helper import SCALE  # the script's folder is on sys.path, as for python script.py
 
 
     class Net(nn.Module):
@@ -53,20 +53,25 @@ SCRIPT = textwrap.dedent("""
         return torch.tanh(x) * SCALE + bias
 
 
-    torch.manual_seed(0)
-    net = Net().eval()
-    cnet = torch.compile(net, backend="eager", dynamic=False)
-    head = Head()
-    head.compile(backend="eager")
-    with torch.no_grad():
-        for batch in (2, 3, 2, 3):
-            x = torch.full((batch, 4), 0.1)
-            out = post(cnet(x))
-            x.add_(100.0)  # in place, after the call
-            print(f"batch {batch}: {out.sum().item():.6f}")
-        print(f"head: {head(out).tolist()}")
-    print("argv:", sys.argv[1:])
-    raise SystemExit(0)
+    def main():
+        torch.manual_seed(0)
+        net = Net().eval()
+        cnet = torch.compile(net, backend="eager", dynamic=False)
+        head = Head()
+        head.compile(backend="eager")
+        with torch.no_grad():
+            for batch in (2, 3, 2, 3):
+                x = torch.full((batch, 4), 0.1)
+                out = post(cnet(x))
+                x.add_(100.0)  # in place, after the call
+                print(f"batch {batch}: {out.sum().item():.6f}")
+            print(f"head: {head(out).tolist()}")
+        print("argv:", sys.argv[1:])
+        raise SystemExit(0)
+
+
+    if __name__ == "__main__":
+        main()
 """)
 
 
@@ -83,8 +88,11 @@ def _advise(*args: str, cwd: pathlib.Path) -> subprocess.CompletedProcess:
 
 
 def test_script_runs_unchanged_and_each_target_is_advised(tmp_path):
-    script = tmp_path / "train.py"
+    # Run from another folder: the script imports a module beside it.
+    (tmp_path / "proj").mkdir()
+    script = tmp_path / "proj" / "train.py"
     script.write_text(SCRIPT)
+    (tmp_path / "proj" / "helper.py").write_text("SCALE = 2.0\n")
     alone = subprocess.run([sys.executable, str(script), "a", "b"], capture_output=True,
                            text=True, env=_env(), cwd=tmp_path, timeout=300)
     assert alone.returncode == 0, alone.stderr[-3000:]
@@ -103,6 +111,7 @@ def test_script_runs_unchanged_and_each_target_is_advised(tmp_path):
     data = json.loads(out.read_text())
     assert data["schema"] == SCHEMA
     assert data["script"] == str(script) and data["argv"] == ["a", "b"]
+    assert data["guardjit_installed"] is False
     targets = {t["target"]: t for t in data["targets"]}
     assert [t["target"] for t in data["targets"]] == ["post", "Net", "Head"]  # most calls first
     for t in data["targets"]:
@@ -134,7 +143,7 @@ def test_script_runs_unchanged_and_each_target_is_advised(tmp_path):
     glob = post["report"]["unsafe"]["options"]["skip_guard_on_globals_unsafe"]
     assert not glob["safe"] and [b["source"] for b in glob["bites"]] == ["G['SCALE']"]
     assert post["report"]["unsafe"]["options"]["guardjit"]["safe"]
-    assert "changes tried: G['SCALE'] = 5.0" in tail
+    assert "grad mode, the warm-up inputs): G['SCALE'] = 5.0" in tail
     # The module's own attribute, as for a factory.
     nn_all = net["report"]["unsafe"]["options"]["skip_guard_on_all_nn_modules_unsafe"]
     assert "self.act" in {b["source"] for b in nn_all["bites"]}
