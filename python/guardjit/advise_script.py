@@ -90,8 +90,11 @@ def _key(args: tuple, kwargs: dict) -> tuple:
     for v in leaves:
         if isinstance(v, torch.Tensor):
             out.append(("T", tuple(v.shape), str(v.dtype), str(v.device), v.requires_grad))
-        else:
+        elif v is None or isinstance(v, (bool, int, float, complex, str, bytes, torch.dtype,
+                                         torch.device)):
             out.append((type(v).__qualname__, repr(v)[:80]))
+        else:  # an object: by identity (its repr may be long or print tensors)
+            out.append((type(v).__qualname__, id(v)))
     return tuple(out)
 
 
@@ -192,7 +195,10 @@ class Observer:
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
             if not torch.compiler.is_compiling():
-                self.record(t, sig, args, kwargs)
+                try:
+                    self.record(t, sig, args, kwargs)
+                except Exception as e:  # noqa: BLE001 - the script's call runs regardless
+                    t.skipped[f"inputs not kept: {type(e).__name__}: {e}"[:200]] += 1
             return fn(*args, **kwargs)
 
         run._guardjit_advise_recording = True  # type: ignore[attr-defined]
@@ -272,9 +278,9 @@ def run_script(script: str, argv: list[str], warmups: int = WARMUPS) -> list[Tar
     compile. Raises :class:`ScriptError` (after printing the traceback)
     when the script raises or exits with a non-zero code."""
     path = os.path.abspath(script)
-    saved_argv, saved_path = sys.argv, list(sys.path)
-    sys.argv = [path, *argv]
-    sys.path[0:1] = [os.path.dirname(path)]
+    saved_argv, saved_path, saved_cwd = sys.argv, list(sys.path), os.getcwd()
+    sys.argv = [script, *argv]
+    sys.path[0:1] = [os.path.dirname(os.path.realpath(path))]
     try:
         with observe(warmups) as obs:
             try:
@@ -287,6 +293,7 @@ def run_script(script: str, argv: list[str], warmups: int = WARMUPS) -> list[Tar
                 raise ScriptError(f"{script} raised {type(e).__name__}: {e}") from None
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
+        os.chdir(saved_cwd)
         sys.stdout.flush()
     return obs.targets
 
@@ -371,6 +378,7 @@ def main(args: Any) -> int:
     if not os.path.isfile(script):
         print(f"{err} no such script: {script}", file=sys.stderr)
         return 2
+    json_path = args.json if args.json in (None, "-") else os.path.abspath(args.json)
     try:
         targets = run_script(script, argv)
     except ScriptError as e:
@@ -392,13 +400,13 @@ def main(args: Any) -> int:
     for e in entries:
         if e.get("skipped"):
             print(f"not advised: {e['target']} (calls: {e['calls']}): {e['skipped']}")
-    if args.json:
+    if json_path:
         text = json.dumps({"schema": SCHEMA, "script": os.path.abspath(script), "argv": argv,
                            "guardjit_installed": installed, "targets": entries},
                           indent=1, default=str)
-        if args.json == "-":
+        if json_path == "-":
             print(text)
         else:
-            with open(args.json, "w") as f:
+            with open(json_path, "w") as f:
                 f.write(text + "\n")
     return 1 if failed else 0

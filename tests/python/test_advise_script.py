@@ -25,6 +25,7 @@ PYTHON_DIR = str(pathlib.Path(guardjit.__file__).resolve().parent.parent)
 QUICK = ["--quick", "--no-progress", "--groups", "1", "--changes", "3", "--rounds", "2"]
 
 SCRIPT = textwrap.dedent("""
+    import os
     import sys
     import torch
     from torch import nn
@@ -54,6 +55,7 @@ SCRIPT = textwrap.dedent("""
 
 
     def main():
+        os.chdir(os.path.dirname(__file__))  # advise's --json path stays the caller's
         torch.manual_seed(0)
         net = Net().eval()
         cnet = torch.compile(net, backend="eager", dynamic=False)
@@ -99,7 +101,7 @@ def test_script_runs_unchanged_and_each_target_is_advised(tmp_path):
     assert "argv: ['a', 'b']" in alone.stdout
 
     out = tmp_path / "advise.json"
-    r = _advise(*QUICK, "--targets", "2", "--json", str(out), "--", str(script), "a", "b",
+    r = _advise(*QUICK, "--targets", "2", "--json", "advise.json", "--", str(script), "a", "b",
                 cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     # The script's own output first, unchanged; then the tables.
