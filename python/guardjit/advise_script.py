@@ -43,6 +43,7 @@ SCHEMA = "guardjit-advise-script/1"
 TARGET_FIELDS = ("target", "kind", "via", "calls", "compiles", "compile_kwargs",
                  "warmup_inputs", "warmups_skipped", "report")
 WARMUPS = 3  # distinct further calls kept as warm-up inputs, per target
+KEYS = 64  # distinct calls looked at per target, at most (their keys are kept)
 TARGETS = 3  # targets advised by default, the most-called first (0: all)
 
 
@@ -174,19 +175,19 @@ class Observer:
     def record(self, t: Target, sig: inspect.Signature | None, args: tuple,
                kwargs: dict) -> None:
         t.calls += 1
-        if t.example is not None and len(t.warmups) >= self.warmups:
+        if t.example is not None and (len(t.warmups) >= self.warmups or len(t.keys) >= KEYS):
             return
         args, kwargs = _normalize(sig, args, kwargs)
         key = _key(args, kwargs)
         if key in t.keys:
             return
-        t.keys.add(key)
         if t.example is None:
             t.example = _clone((tuple(args), dict(kwargs)))
         elif not _same_kwargs(kwargs, t.example[1]):
             t.skipped["keyword inputs differ from the first call's"] += 1
         else:
             t.warmups.append(_clone(tuple(args)))
+        t.keys.add(key)  # kept (a call whose inputs could not be kept is tried again)
 
     def recording(self, t: Target, fn: Any, sig: inspect.Signature | None) -> Any:
         """``fn`` (what the compile returned, or its forward), counting and

@@ -12,6 +12,7 @@ import pickle
 import subprocess
 import sys
 import textwrap
+from unittest import mock
 
 import torch
 from torch import nn
@@ -270,3 +271,17 @@ def test_advise_on_module_compile_runs_the_module_eagerly():
         m(torch.ones(2))
         assert calls == [False]
     assert m._compiled_call_impl is compiled_call
+
+
+def test_a_call_whose_inputs_cannot_be_kept_still_runs():
+    def fn(x):
+        return x * 2
+
+    with observe() as obs:
+        cfn = torch.compile(fn, backend="eager")
+        with mock.patch.object(advise_script, "_clone", side_effect=RuntimeError("no copy")):
+            assert torch.equal(cfn(torch.ones(2)), torch.full((2,), 2.0))
+        assert torch.equal(cfn(torch.ones(2)), torch.full((2,), 2.0))
+    (t,) = obs.targets
+    assert t.calls == 2 and dict(t.skipped) == {"inputs not kept: RuntimeError: no copy": 1}
+    assert torch.equal(t.example[0][0], torch.ones(2))  # the next call is the example
