@@ -128,6 +128,11 @@ def measure_sides(case: BenchCase, warmup: list[tuple], backend: str, rounds: in
             out[name] = {"status": "ok"}
         except Exception as e:  # noqa: BLE001 - recorded, never raised
             out[name] = {"status": "error", "error": f"{type(e).__name__}: {e}"}
+    if not any(s.captured for s in sides):
+        # Nothing to time (e.g. a function of Python numbers: Dynamo skips it).
+        errors = "; ".join(f"{k}: {v['error']}" for k, v in out.items() if "error" in v)
+        raise ValueError("no side built a compile unit on the example inputs (Dynamo "
+                         "traced no graph from them)" + (f"; {errors}" if errors else ""))
     plugin.wait_for_tier_up()
     for s in sides:
         fix_frame_locals(case, s.captured)

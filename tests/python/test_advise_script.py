@@ -14,12 +14,14 @@ import sys
 import textwrap
 from unittest import mock
 
+import pytest
 import torch
 from torch import nn
 
 import guardjit
+import guardjit.advise
 from guardjit import advise_script
-from guardjit.advise import REPORT_FIELDS, SIDE_FIELDS
+from guardjit.advise import REPORT_FIELDS, SIDE_FIELDS, Settings
 from guardjit.advise_script import SCHEMA, TARGET_FIELDS, observe
 
 PYTHON_DIR = str(pathlib.Path(guardjit.__file__).resolve().parent.parent)
@@ -285,3 +287,9 @@ def test_a_call_whose_inputs_cannot_be_kept_still_runs():
     (t,) = obs.targets
     assert t.calls == 2 and dict(t.skipped) == {"inputs not kept: RuntimeError: no copy": 1}
     assert torch.equal(t.example[0][0], torch.ones(2))  # the next call is the example
+
+
+def test_advise_on_a_function_dynamo_skips_is_a_clear_error():
+    tiny = Settings(rounds=2, profile_calls=4, target_ms=0.1, depth=2, groups=1, changes=2)
+    with pytest.raises(ValueError, match="no side built a compile unit"):
+        guardjit.advise(lambda n: n * 2, (3,), name="numbers", settings=tiny)
