@@ -238,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "advise":
         from guardjit import advise as advise_mod
+        from guardjit import advise_report
 
         if (args.factory is None) == (args.from_json is None):
             advise.error("give MODULE:FACTORY or --from-json FILE")
@@ -254,7 +255,9 @@ def main(argv: list[str] | None = None) -> int:
                 _output_file(args.json)
             except argparse.ArgumentTypeError as e:
                 advise.error(f"argument --json: {e}")
-        return advise_mod.main(args)
+        if args.from_json is not None:
+            return advise_report.from_json_main(args)
+        return advise_mod.main(args, lambda report: advise_report.render(report, args))
     if args.command == "fuzz":
         from guardjit.fuzz import driver
 

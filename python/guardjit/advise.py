@@ -228,44 +228,7 @@ def load(spec: str, quick: bool) -> dict[str, Any]:
                      f"got {type(made).__name__}")
 
 
-def _render(report: dict[str, Any], args: Any) -> int:
-    """--html and --plot (guardjit/advise_report.py): 0, or 2 without matplotlib."""
-    from guardjit import advise_report
-
-    for flag, write in (("html", advise_report.html), ("plot", advise_report.plot)):
-        path = getattr(args, flag, None)
-        if not path:
-            continue
-        try:
-            write(report, path)
-        except ImportError as e:
-            print(f"python -m guardjit advise: error: --{flag} needs matplotlib ({e})",
-                  file=sys.stderr)
-            return 2
-        print(f"wrote {path}", file=sys.stderr)
-    return 0
-
-
-def _from_json(args: Any) -> int:
-    """--from-json: the table, --html and --plot of a saved report."""
-    from guardjit import advise_report
-
-    try:
-        report = advise_report.load_json(args.from_json)
-    except ValueError as e:
-        print(f"python -m guardjit advise: error: {e}", file=sys.stderr)
-        return 2
-    try:
-        print(format_report(report))
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        print(f"python -m guardjit advise: the text table needs a complete report "
-              f"({type(e).__name__}: {e}); writing --html/--plot only", file=sys.stderr)
-    return _render(report, args)
-
-
-def main(args: Any) -> int:
-    if getattr(args, "from_json", None):
-        return _from_json(args)
+def main(args: Any, render: Callable[[dict[str, Any]], int] | None = None) -> int:
     try:
         got = load(args.factory, args.quick)
     except (ImportError, AttributeError, ValueError) as e:
@@ -284,7 +247,7 @@ def main(args: Any) -> int:
         else:
             with open(args.json, "w") as f:
                 f.write(text + "\n")
-    return _render(report, args)
+    return render(report) if render else 0  # --html, --plot: guardjit/advise_report.py
 
 
 class _CallableModule(types.ModuleType):

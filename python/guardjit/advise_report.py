@@ -25,7 +25,10 @@ import html as _html
 import io
 import json
 import math
+import sys
 from typing import Any
+
+from guardjit.advise import SCHEMA, SIDE_LABELS, format_report
 
 # Per-call fields drawn first, in this order; any other ``*_us`` field a
 # side has follows them.
@@ -59,8 +62,6 @@ def _list(v: Any) -> list:
 
 
 def side_label(name: str) -> str:
-    from guardjit.advise import SIDE_LABELS
-
     return SIDE_LABELS.get(name, name)
 
 
@@ -446,8 +447,6 @@ def html(report: dict[str, Any], path: str) -> None:
 def load_json(path: str) -> dict[str, Any]:
     """A report saved with ``--json``. Raises ValueError with the reason
     when the file cannot be read, is not JSON or is not an advise report."""
-    from guardjit.advise import SCHEMA
-
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
@@ -470,5 +469,38 @@ def load_json(path: str) -> dict[str, Any]:
     return report
 
 
+# --- the command line (python -m guardjit advise) ------------------------------------------
+
+def render(report: dict[str, Any], args: Any) -> int:
+    """--html and --plot: 0, or 2 without matplotlib."""
+    for flag, write in (("html", html), ("plot", plot)):
+        path = getattr(args, flag, None)
+        if not path:
+            continue
+        try:
+            write(report, path)
+        except ImportError as e:
+            print(f"python -m guardjit advise: error: --{flag} needs matplotlib ({e})",
+                  file=sys.stderr)
+            return 2
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def from_json_main(args: Any) -> int:
+    """--from-json: the table, --html and --plot of a saved report, measuring nothing."""
+    try:
+        report = load_json(args.from_json)
+    except ValueError as e:
+        print(f"python -m guardjit advise: error: {e}", file=sys.stderr)
+        return 2
+    try:
+        print(format_report(report))
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        print(f"python -m guardjit advise: the text table needs a complete report "
+              f"({type(e).__name__}: {e}); writing --html/--plot only", file=sys.stderr)
+    return render(report, args)
+
+
 __all__ = ["plot", "html", "page", "png_bytes", "load_json", "measures", "measured_groups",
-           "verdicts"]
+           "verdicts", "render", "from_json_main"]
