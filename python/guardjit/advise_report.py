@@ -127,8 +127,9 @@ def _figure(report: dict[str, Any]) -> Any:
             ax.set_yticks(ys, labels, fontsize=8)
             ax.invert_yaxis()
             ax.axvline(0, color="black", linewidth=0.6)
-            for y, v in zip(ys, values):
-                ax.text(v, y, f" {v:.2f}", va="center", fontsize=7)
+            for y, v in zip(ys, values):  # a negative cost is noise: drawn, labelled left
+                ax.text(v, y, f" {v:.2f}" if v >= 0 else f"{v:.2f} ", va="center", fontsize=7,
+                        ha="left" if v >= 0 else "right")
             ax.set_title("measured native cost of the largest groups, µs per check "
                          "(check minus check without the group)", fontsize=9)
         else:
@@ -153,11 +154,14 @@ def _sides_panel(ax: Any, sides: dict, names: list[str], ms: list[str]) -> None:
     ys = list(range(len(names)))
     h = 0.8 / max(len(ms), 1)
     values = []
+    gaps = []  # (y, text) of a bar not drawn on an ok side: no number, or not > 0
     extra = iter(EXTRA_COLORS * 4)
     for i, m in enumerate(ms):
         vals = [_num(_dict(sides[n]).get(m)) for n in names]
         off = [y - 0.4 + h * (i + 0.5) for y in ys]
         shown = [(y, v) for y, v in zip(off, vals) if v is not None and v > 0]
+        gaps += [(y, "none" if v is None else f"{v:.3g}") for y, v, n in zip(off, vals, names)
+                 if (v is None or v <= 0) and _dict(sides[n]).get("status") in (None, "ok")]
         ax.barh([y for y, _ in shown], [v for _, v in shown], h,
                 label=MEASURE_LABELS.get(m, m), color=COLORS.get(m) or next(extra))
         for y, v in shown:
@@ -177,6 +181,8 @@ def _sides_panel(ax: Any, sides: dict, names: list[str], ms: list[str]) -> None:
         ax.set_xlim(0, max(values) * 1.2)
     else:
         ax.text(0.5, 0.5, "no side has a measurement", transform=ax.transAxes, ha="center")
+    for y, text in gaps:
+        ax.text(ax.get_xlim()[0], y, f" {text}", va="center", fontsize=6.5, color="#666")
     ax.set_title("per call, µs (log scale)" if ax.get_xscale() == "log" else "per call, µs",
                  fontsize=9)
     if ms:
