@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
                     "skip_guard_eval_unsafe stance, whether it serves a stale graph on "
                     "changes of the model's state drawn from the fuzzer, shown against "
                     "eager. See docs/advise.md.")
-    advise.add_argument("factory", metavar="MODULE:FACTORY",
+    advise.add_argument("factory", metavar="MODULE:FACTORY", nargs="?",
                         help="a callable returning a guardjit.models.ModelCase, a "
                              "guardjit.bench.corpus.BenchCase or (model, example_args), "
                              "e.g. guardjit.models:cnn")
@@ -225,17 +225,39 @@ def main(argv: list[str] | None = None) -> int:
                         help="changes of the model's state tried (default: 16; 8 with --quick)")
     advise.add_argument("--rounds", type=int, metavar="N", help="interleaved rounds")
     advise.add_argument("--no-progress", action="store_true", help="no progress bar")
+    advise.add_argument("--html", metavar="FILE.html", type=_output_file,
+                        help="also write the report as one self-contained HTML page, with the "
+                             "plot")
+    advise.add_argument("--plot", metavar="FILE.png", type=_output_file,
+                        help="also write the plot: per-call µs per side, measured group costs, "
+                             "guards per layer (.png, .svg or .pdf; needs matplotlib)")
+    advise.add_argument("--from-json", metavar="FILE",
+                        help="measure nothing: print, --html and --plot a report saved with "
+                             "--json")
 
     args = parser.parse_args(argv)
     if args.command == "advise":
         from guardjit import advise as advise_mod
+        from guardjit import advise_report
 
+        if (args.factory is None) == (args.from_json is None):
+            advise.error("give MODULE:FACTORY or --from-json FILE")
+        if args.from_json is not None and (args.json or args.quick or args.backend != "eager"
+                                           or any(getattr(args, k) is not None for k in
+                                                  ("depth", "groups", "changes", "rounds"))):
+            advise.error("--from-json renders a saved report: --json and the measuring "
+                         "options do not apply")
+        if args.plot and args.plot.rpartition(".")[2].lower() not in ("png", "svg", "pdf"):
+            advise.error("argument --plot: the file's extension picks the format: .png, .svg "
+                         "or .pdf")
         if args.json and args.json != "-":
             try:
                 _output_file(args.json)
             except argparse.ArgumentTypeError as e:
                 advise.error(f"argument --json: {e}")
-        return advise_mod.main(args)
+        if args.from_json is not None:
+            return advise_report.from_json_main(args)
+        return advise_mod.main(args, lambda report: advise_report.render(report, args))
     if args.command == "fuzz":
         from guardjit.fuzz import driver
 

@@ -254,7 +254,7 @@ def load(spec: str, quick: bool) -> dict[str, Any]:
                      f"got {type(made).__name__}")
 
 
-def main(args: Any) -> int:
+def main(args: Any, render: Callable[[dict[str, Any]], int] | None = None) -> int:
     try:
         got = load(args.factory, args.quick)
     except (ImportError, AttributeError, ValueError) as e:
@@ -273,7 +273,7 @@ def main(args: Any) -> int:
         else:
             with open(args.json, "w") as f:
                 f.write(text + "\n")
-    return 0
+    return render(report) if render else 0  # --html, --plot: guardjit/advise_report.py
 
 
 class _CallableModule(types.ModuleType):
