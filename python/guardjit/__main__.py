@@ -243,26 +243,48 @@ def main(argv: list[str] | None = None) -> int:
                         help="changes of the model's state tried (default: 16; 8 with --quick)")
     advise.add_argument("--rounds", type=int, metavar="N", help="interleaved rounds")
     advise.add_argument("--no-progress", action="store_true", help="no progress bar")
+    advise.add_argument("--html", metavar="FILE.html", type=_output_file,
+                        help="also write the report as one self-contained HTML page, with the "
+                             "plot")
+    advise.add_argument("--plot", metavar="FILE.png", type=_output_file,
+                        help="also write the plot: per-call µs per side, measured group costs, "
+                             "guards per layer (.png, .svg or .pdf; needs matplotlib)")
+    advise.add_argument("--from-json", metavar="FILE",
+                        help="measure nothing: print, --html and --plot a report saved with "
+                             "--json")
 
     args = parser.parse_args(argv)
     if args.command == "advise":
         from guardjit import advise as advise_mod
+        from guardjit import advise_report
 
-        if (args.factory is None) == (script is None):
-            advise.error("give MODULE:FACTORY or -- script.py ARGS (one of them)")
+        given = [args.factory is not None, args.from_json is not None, script is not None]
+        if sum(given) != 1:
+            advise.error("give MODULE:FACTORY or --from-json FILE or -- script.py ARGS (one "
+                         "of them)")
         if script == []:
             advise.error("-- must be followed by the script to run")
+        if args.from_json is not None and (args.json or args.quick or args.backend != "eager"
+                                           or any(getattr(args, k) is not None for k in
+                                                  ("depth", "groups", "changes", "rounds"))):
+            advise.error("--from-json renders a saved report: --json and the measuring "
+                         "options do not apply")
+        if args.plot and args.plot.rpartition(".")[2].lower() not in ("png", "svg", "pdf"):
+            advise.error("argument --plot: the file's extension picks the format: .png, .svg "
+                         "or .pdf")
         if args.json and args.json != "-":
             try:
                 _output_file(args.json)
             except argparse.ArgumentTypeError as e:
                 advise.error(f"argument --json: {e}")
+        if args.from_json is not None:
+            return advise_report.from_json_main(args)
         if script is not None:
             from guardjit import advise_script
 
             args.script = script
-            return advise_script.main(args)
-        return advise_mod.main(args)
+            return advise_script.main(args, advise_report.render)
+        return advise_mod.main(args, lambda report: advise_report.render(report, args))
     if args.command == "fuzz":
         from guardjit.fuzz import driver
 

@@ -35,11 +35,12 @@ SCHEMA = "guardjit-advise/1"
 REPORT_FIELDS = ("schema", "model", "backend", "torch_version", "guardjit_torch_version",
                  "settings", "warmup_inputs", "sides", "guardjit_vs_options", "guards", "layers",
                  "unsafe", "guardjit_stats", "wall_s")
-SIDE_FIELDS = ("status", "lookup_us", "lookup_events_per_call", "check_us", "call_us",
-               "call_ratio_vs_torch")
+SIDE_FIELDS = ("status", "lookup_us", "lookup_events_per_call", "pregraph_us", "check_us",
+               "call_us", "call_ratio_vs_torch")
 UNIT_FIELDS = ("name", "guards", "status", "reason", "guardjit_guards", "python_guards",
                "python_kinds", "subtree_skip", "groups", "top_groups", "layers")
-GROUP_FIELDS = ("group", "guards", "kinds", "cost_us")
+GROUP_FIELDS = ("group", "guards", "kinds", "hasattr_probes", "tensor_checks", "python_guards",
+                "cost_us", "dynamo_cost_us", "python_frames", "accessor_reads")
 LAYER_FIELDS = ("container", "count", "guards_per_layer", "lookup_us_per_layer")
 OPTION_FIELDS = ("dropped_guards", "dropped_by_group", "safe", "bites", "verdict")
 BITE_FIELDS = ("change", "source", "shown", "dropped_guards_on_source")
@@ -67,21 +68,29 @@ def _case(model: Any, args: tuple, kwargs: dict, name: str, layers: int | None) 
 
 
 def _speed_notes(sides: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per option side: guardjit's default against it (lookup where both
-    have one, else the whole call): ``guardjit_over_option`` < 1 is faster."""
-    from guardjit.advise_measure import SIDES
+    """Per option of torch's guide: guardjit's default against it, and
+    guardjit with the option against it (the lookup where all have one, else
+    the whole call); ``..._over_option`` < 1 is faster."""
+    from guardjit.advise_measure import GUARDJIT, GUIDE
 
-    gj = sides.get("guardjit", {})
+    def ok(name: str) -> dict[str, Any]:
+        s = sides.get(name, {})
+        return s if s.get("status") == "ok" else {}
+
     out = {}
-    for name in SIDES:
-        if name in ("torch", "guardjit") or sides.get(name, {}).get("status") != "ok":
+    for name in GUIDE:
+        s, gj, both = ok(name), ok(GUARDJIT), ok(f"{GUARDJIT}+{name}")
+        if not s:
             continue
-        s = sides[name]
-        key = "lookup_us" if s.get("lookup_us") and gj.get("lookup_us") else "call_us"
-        if not s.get(key) or not gj.get(key):
-            continue
-        out[name] = {"measure": key, "option_us": s[key], "guardjit_us": gj[key],
-                     "guardjit_over_option": gj[key] / s[key]}
+        key = "lookup_us" if all(x.get("lookup_us") for x in (s, gj) if x) else "call_us"
+        note: dict[str, Any] = {"measure": key, "option_us": s.get(key)}
+        for label, side in (("guardjit", gj), ("guardjit_with_option", both)):
+            v = side.get(key)
+            note[f"{label}_us"] = v
+            note[f"{label}_over_option"] = v / s[key] if v and s.get(key) else None
+        if note["guardjit_over_option"] is not None \
+                or note["guardjit_with_option_over_option"] is not None:
+            out[name] = note
     return out
 
 
@@ -98,7 +107,7 @@ def advise(model: Any, example_inputs: Any, warmup_inputs: list | None = None, *
     when None). The model is mutated during step 3 and restored. Returns
     the report as a JSON-able dict (fields: docs/advise.md).
     """
-    from guardjit import _core, plugin
+    from guardjit import _core, _logging, plugin
     from guardjit.advise_guards import guard_groups
     from guardjit.advise_measure import measure_sides
     from guardjit.advise_safety import assess
@@ -133,14 +142,17 @@ def advise(model: Any, example_inputs: Any, warmup_inputs: list | None = None, *
                  "guards_per_layer": (found or {}).get("guards_per_layer"),
                  "lookup_us_per_layer": {k: v["lookup_us"] / count for k, v in sides.items()
                                          if count and v.get("lookup_us")}}
-    return {"schema": SCHEMA, "model": case.name, "backend": backend,
-            "torch_version": torch.__version__, "guardjit_torch_version": _core.TORCH_VERSION,
-            "settings": dataclasses.asdict(s), "warmup_inputs": len(warm),
-            "sides": sides, "guardjit_vs_options": _speed_notes(sides),
-            "guards": guards, "layers": per_layer, "unsafe": unsafe,
-            "guardjit_stats": {k: v for k, v in plugin.stats().items()
-                               if isinstance(v, (int, float, str))},
-            "wall_s": time.perf_counter() - start}
+    report = {"schema": SCHEMA, "model": case.name, "backend": backend,
+              "torch_version": torch.__version__, "guardjit_torch_version": _core.TORCH_VERSION,
+              "settings": dataclasses.asdict(s), "warmup_inputs": len(warm),
+              "sides": sides, "guardjit_vs_options": _speed_notes(sides),
+              "guards": guards, "layers": per_layer, "unsafe": unsafe,
+              "guardjit_stats": {k: v for k, v in plugin.stats().items()
+                                 if isinstance(v, (int, float, str))},
+              "wall_s": time.perf_counter() - start}
+    # tlparse lists it beside the compile it ran (TORCH_TRACE, docs/torch-tools.md).
+    _logging.trace_artifact("guardjit_advise", lambda: json.dumps(report, default=str))
+    return report
 
 
 # --- the table for people ----------------------------------------------------------------
@@ -153,27 +165,38 @@ SIDE_LABELS = {"use_recursive_dict_tags_for_guards": "torch dict tags",
                "install_free_tensors+skip_guard_on_all_nn_modules_unsafe":
                    "torch free-tensors + skip-all-nn (unsafe)",
                "skip_guard_eval_unsafe": "torch skip_guard_eval_unsafe stance",
-               "guardjit": "guardjit (default, sound)"}
+               "guardjit": "guardjit (default, sound)",
+               "guardjit+use_recursive_dict_tags_for_guards": "guardjit + dict tags",
+               "guardjit+install_free_tensors+skip_guard_on_all_nn_modules_unsafe":
+                   "guardjit + free-tensors + skip-all-nn",
+               "guardjit+skip_guard_eval_unsafe": "guardjit + the stance"}
 
 
 def format_report(r: dict[str, Any]) -> str:
     out = [f"guardjit advise: {r['model']} (backend {r['backend']}, torch {r['torch_version']}, "
            f"{r['wall_s']:.0f} s; medians of interleaved rounds, one process)", "",
            "1. Per call (µs)",
-           f"  {'side':<44} {'lookup':>8} {'check':>8} {'call':>9} {'call/torch':>10}"]
+           f"  {'side':<42} {'lookup':>8} {'check':>8} {'pregraph':>8} {'call':>9} "
+           f"{'call/torch':>10}"]
     for name, s in r["sides"].items():
         label = SIDE_LABELS.get(name, name)
         if s.get("status") != "ok":
-            out.append(f"  {label[:44]:<44} error: {s.get('error')}")
+            out.append(f"  {label[:42]:<42} error: {s.get('error')}")
             continue
         ratio = s.get("call_ratio_vs_torch")
-        out.append(f"  {label[:44]:<44} {_us(s.get('lookup_us')):>8} {_us(s.get('check_us')):>8} "
-                   f"{_us(s.get('call_us')):>9} {'-' if ratio is None else f'{ratio:.2f}':>10}")
+        out.append(f"  {label[:42]:<42} {_us(s.get('lookup_us')):>8} {_us(s.get('check_us')):>8} "
+                   f"{_us(s.get('pregraph_us')):>8} {_us(s.get('call_us')):>9} "
+                   f"{'-' if ratio is None else f'{ratio:.2f}':>10}")
     for name, n in r["guardjit_vs_options"].items():
-        rel = n["guardjit_over_option"]
-        word = "faster than" if rel < 1 else "slower than"
-        out.append(f"  guardjit's sound default is {rel:.2f}x the {n['measure']} of {name} "
-                   f"({word}, without its risk)")
+        what = n["measure"].replace("_us", "")
+        rel = n.get("guardjit_over_option")
+        if rel is not None:
+            word = "faster than" if rel < 1 else "slower than"
+            out.append(f"  guardjit's sound default: {rel:.2f}x the {what} of "
+                       f"{SIDE_LABELS.get(name, name)} ({word} it, without its risk)")
+        both = n.get("guardjit_with_option_over_option")
+        if both is not None:
+            out.append(f"  guardjit with that option: {both:.2f}x (the option's risk stays)")
     out += ["", f"2. Where the guard time goes (groups: {r['guards']['depth']} source steps)"]
     for u in r["guards"]["units"]:
         skip = u.get("subtree_skip") or {}
@@ -186,12 +209,15 @@ def format_report(r: dict[str, Any]) -> str:
         if u.get("python_guards"):
             how += f"; {u['python_guards']} Python guards"
         out.append(f"  unit {u['name']}: {u['guards']} guards, guardjit: {how}")
-        out.append(f"    {'group':<40} {'guards':>6} {'native µs':>9}  kinds")
+        out.append(f"    {'group':<36} {'guards':>6} {'native µs':>9} {'Dynamo µs':>9} "
+                   f"{'frames':>6}  kinds")
         for g in u["groups"][:10]:
             kinds = ", ".join(f"{k} {n}" for k, n in sorted(g["kinds"].items(),
                                                             key=lambda kv: -kv[1])[:3])
-            out.append(f"    {g['group'][:40]:<40} {g['guards']:>6} {_us(g.get('cost_us')):>9}  "
-                       f"{kinds}")
+            frames = (g.get("python_frames") or {}).get("dynamo")
+            out.append(f"    {g['group'][:36]:<36} {g['guards']:>6} {_us(g.get('cost_us')):>9} "
+                       f"{_us(g.get('dynamo_cost_us')):>9} {'-' if frames is None else frames:>6}"
+                       f"  {kinds}")
     lay = r["layers"]
     if lay.get("count"):
         per = ", ".join(f"{SIDE_LABELS.get(k, k).split(' (')[0]} {v:.2f}"
@@ -232,7 +258,7 @@ def load(spec: str, quick: bool) -> dict[str, Any]:
                      f"got {type(made).__name__}")
 
 
-def main(args: Any) -> int:
+def main(args: Any, render: Callable[[dict[str, Any]], int] | None = None) -> int:
     try:
         got = load(args.factory, args.quick)
     except (ImportError, AttributeError, ValueError) as e:
@@ -251,7 +277,7 @@ def main(args: Any) -> int:
         else:
             with open(args.json, "w") as f:
                 f.write(text + "\n")
-    return 0
+    return render(report) if render else 0  # --html, --plot: guardjit/advise_report.py
 
 
 class _CallableModule(types.ModuleType):

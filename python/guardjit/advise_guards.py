@@ -12,8 +12,16 @@ A group's ``cost_us`` is measured, not estimated: guardjit's check of the
 unit (all units of the compile, as one call checks them) is timed
 interleaved against the same model compiled with that group's guards
 dropped (a filter), on the same frame locals; the difference is the group's
-native time. That needs one compile per group, so only the ``measure``
-largest groups are timed (``cost_us`` None for the others).
+native time. ``dynamo_cost_us`` is the same difference for Dynamo's own tree,
+and ``python_frames`` / ``accessor_reads`` the Python frames one check
+enters (``sys.setprofile``, :mod:`guardjit.lab.frames`) and the attribute
+reads through ``nn.Module.__getattr__`` or a transformers config's
+``__getattribute__`` (decided natively or handed to CPython,
+:func:`guardjit.pyattr.stats`), with the group against without it. That
+needs one compile per group, so only the ``measure`` largest groups are
+measured (None for the others). Every group counts its guards by what they
+cost: ``hasattr_probes`` (``HASATTR``/``NO_HASATTR``), ``tensor_checks``
+(tensor guards) and ``python_guards`` (guards that run a Python lambda).
 """
 
 from __future__ import annotations
@@ -29,8 +37,18 @@ import guardjit
 from guardjit import _core, plugin
 from guardjit.bench.capture import capture_units, fix_frame_locals
 from guardjit.bench.corpus import BenchCase
-from guardjit.bench.run import SideBackend, subtree_skip
+from guardjit.bench.run import SideBackend, python_frames, subtree_skip
 from guardjit.lab import timing
+
+HASATTR_KINDS = ("HASATTR", "NO_HASATTR")
+
+
+def counts(kinds: dict[str, int]) -> dict[str, int]:
+    """A group's guards by what they cost (see the module's docstring)."""
+    return {"hasattr_probes": sum(n for k, n in kinds.items() if k in HASATTR_KINDS),
+            "tensor_checks": sum(n for k, n in kinds.items() if "TENSOR" in k),
+            "python_guards": sum(n for k, n in kinds.items() if k in plugin._PYTHON_GUARDS)}
+
 
 _STEP = re.compile(r"\._(?:modules|parameters|buffers)\[['\"]([^'\"]+)['\"]\]")
 _TOKENS = re.compile(r"(\.[A-Za-z_][A-Za-z_0-9]*|\[[^\]]*\])")
@@ -164,8 +182,8 @@ def _compile_timed(case: BenchCase, backend: str, tag: str,
     return rec, got, plugin.units()
 
 
-def _check_fn(captured: list) -> Callable[[], None]:
-    pairs = [(c.final_root.check, c.f_locals) for c in captured]
+def _check_fn(captured: list, dynamo: bool = False) -> Callable[[], None]:
+    pairs = [((c.dynamo_root if dynamo else c.final_root).check, c.f_locals) for c in captured]
 
     def run() -> None:
         for check, fl in pairs:
@@ -189,7 +207,8 @@ def guard_groups(case: BenchCase, backend: str, depth: int, measure: int, rounds
         # No reset from here on: a reset frees the units whose checks are
         # timed. Each compile has a backend of its own (its own cache entry).
         _, captured, _ = _compile_timed(case, backend, "guardjit-full", None)
-        full_check = _check_fn(captured)
+        full_check, full_dynamo = _check_fn(captured), _check_fn(captured, dynamo=True)
+        full_frames = python_frames(captured)
         out_units = []
         by_group: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
         for cid, entries in rec.seen.items():
@@ -202,7 +221,8 @@ def guard_groups(case: BenchCase, backend: str, depth: int, measure: int, rounds
                 "status": "dynamo", "reason": "not offered to guardjit", "guardjit_guards": 0,
                 "python_guards": 0, "python_kinds": None, "subtree_skip": None}),
                     "groups": [{"group": g, "guards": sum(k.values()), "kinds": dict(k),
-                                "cost_us": None}
+                                **counts(k), "cost_us": None, "dynamo_cost_us": None,
+                                "python_frames": None, "accessor_reads": None}
                                for g, k in sorted(groups.items(),
                                                   key=lambda kv: -sum(kv[1].values()))],
                     "layers": _layers(groups)}
@@ -218,8 +238,17 @@ def guard_groups(case: BenchCase, backend: str, depth: int, measure: int, rounds
                     lambda e, g=g: group_of(e.name, depth) != g)
                 r = timing.interleaved(full_check, _check_fn(cap_wo), rounds=rounds,
                                        target_ms=target_ms)
+                d = timing.interleaved(full_dynamo, _check_fn(cap_wo, dynamo=True),
+                                       rounds=rounds, target_ms=target_ms)
+                wo = python_frames(cap_wo)
                 costs[g] = {"cost_us": r.a_us - r.b_us, "check_us": r.a_us,
-                            "check_us_without": r.b_us}
+                            "check_us_without": r.b_us, "dynamo_cost_us": d.a_us - d.b_us,
+                            "python_frames": {
+                                side: full_frames[f"python_frames_{side}"]
+                                - wo[f"python_frames_{side}"] for side in ("dynamo", "guardjit")},
+                            "accessor_reads": {
+                                k: v - wo["python_accessor_reads"].get(k, 0)
+                                for k, v in full_frames["python_accessor_reads"].items()}}
             except Exception as e:  # noqa: BLE001 - the group stays unmeasured
                 costs[g] = {"cost_us": None, "error": f"{type(e).__name__}: {e}"}
         for unit in out_units:
@@ -228,7 +257,9 @@ def guard_groups(case: BenchCase, backend: str, depth: int, measure: int, rounds
                     # Measured over every unit of the compile (one call checks them all).
                     grp.update(costs[grp["group"]])
             unit["top_groups"] = [g["group"] for g in unit["groups"][:10]]
-        return {"depth": depth, "units": out_units, "measured_groups": ranked[:measure]}
+        return {"depth": depth, "units": out_units, "measured_groups": ranked[:measure],
+                "python_frames": {k: v for k, v in full_frames.items()
+                                  if not k.endswith("_by_code")}}
     finally:
         limit.__exit__(None, None, None)
         plugin.config.keep_units = keep

@@ -1,28 +1,40 @@
-"""Step 1 of ``guardjit.advise``: the cache lookup, the guard check and the whole call per side.
+"""Step 1 of ``guardjit.advise``: the cache lookup, the guard check, the pre-graph bytecode and the whole call per side.
 
 The sides are the bench's (:mod:`guardjit.bench.options`, :mod:`guardjit.bench.run`):
 plain ``torch.compile``, torch with each option of its guide to guard
 overhead (``use_recursive_dict_tags_for_guards``; ``install_free_tensors``
 with ``skip_guard_on_all_nn_modules_unsafe``; the ``skip_guard_eval_unsafe``
-stance after warm-up) and ``guardjit.compile`` (default). Each side compiles
-the same module with a backend of its own (``SideBackend``: no shared cache
-entries), is called on the example and every warm-up input, and then, in one
-process and interleaved (docs/performance.md, "How it is measured"):
+stance after warm-up), ``guardjit.compile`` (default) and ``guardjit.compile``
+with each of those options (``guardjit+<option>``). Each side compiles a
+shallow copy of the model whose top frame runs a code object of its own
+(:func:`own_code`) with a backend of its own (``SideBackend``), so no side
+shares a cache entry list with another: guardjit's differentiating sets
+under the stance treat every other entry of a code as opaque
+(:mod:`guardjit.stance`), which would otherwise give plain torch's stance
+side guardjit's full roots. Each side is called on the example and every
+warm-up input, and then, in one process and interleaved (docs/performance.md,
+"How it is measured"):
 
 * ``lookup_us``: self CPU time of the "TorchDynamo Cache Lookup" profiler
   event per call (``bench.lookup``); None where torch served the call
   without that event (its guardless fast path, ``lookup_note``);
+* ``pregraph_us``: the "Pregraph bytecode" profiler events per call, the
+  transformed code's bytecode that rebuilds the graph's inputs before the
+  graph runs (0.0 where the frame has none);
 * ``check_us``: the unit's root check on its frame locals, as the cache
-  entry runs it (guardjit's root for guardjit, Dynamo's for the others);
-  None for the stance (it checks no root of its own);
+  entry runs it (guardjit's root for guardjit's sides, Dynamo's for the
+  others); None under the stance (it checks no root of its own);
 * ``call_us``: the whole call, and ``call_ratio_vs_torch`` its per-round
   ratio to plain torch (median).
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import statistics
 import time
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -37,8 +49,49 @@ from guardjit.bench.run import GUARDLESS_NOTE, SideBackend, interleaved_lookups
 from guardjit.lab import timing
 
 DICT_TAGS = "use_recursive_dict_tags_for_guards"
+GUARDJIT = "guardjit"
+# The options of torch's guide, each a side of its own, with torch and with guardjit.
+GUIDE = (DICT_TAGS, UNSAFE, STANCE)
 # Side names, in the report's order; the option sides use torch's names.
-SIDES = ("torch", DICT_TAGS, UNSAFE, STANCE, "guardjit")
+SIDES = ("torch",) + GUIDE + (GUARDJIT,) + tuple(f"{GUARDJIT}+{o}" for o in GUIDE)
+
+
+def parts(name: str) -> tuple[bool, str | None]:
+    """(guardjit's side, the option of torch's guide or None) of a side name."""
+    if name.startswith(GUARDJIT + "+"):
+        return True, name[len(GUARDJIT) + 1:]
+    return name == GUARDJIT, None if name in ("torch", GUARDJIT) else name
+
+
+def own_code(model: Any) -> Any:
+    """``model`` called through a code object of its own.
+
+    An ``nn.Module`` gives a shallow copy (same parameters, buffers and
+    submodules) whose ``forward`` is the class's function rebuilt on a
+    ``code.replace()`` copy, with the same globals, defaults and closure
+    (so ``super()`` works); a function gives such a rebuilt function. Dynamo
+    keeps its cache entries on the code object, so the copy's entries are its
+    own. Anything else (a module with its own ``forward`` attribute, a
+    callable object) is returned unchanged: its sides share the entries.
+    Frames below the top one (graph breaks in submodules) stay shared.
+    """
+    def rebuilt(fn: types.FunctionType) -> types.FunctionType:
+        new = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__,
+                                 fn.__defaults__, fn.__closure__)
+        new.__kwdefaults__ = fn.__kwdefaults__
+        new.__dict__.update(fn.__dict__)
+        new.__qualname__, new.__module__ = fn.__qualname__, fn.__module__
+        return new
+
+    if isinstance(model, types.FunctionType):
+        return rebuilt(model)
+    fwd = getattr(type(model), "forward", None)
+    if not isinstance(model, torch.nn.Module) or not isinstance(fwd, types.FunctionType) \
+            or "forward" in vars(model):
+        return model
+    twin = copy.copy(model)
+    object.__setattr__(twin, "forward", types.MethodType(rebuilt(fwd), twin))
+    return twin
 
 
 def _stance() -> Any:
@@ -50,16 +103,18 @@ class Side:
 
     def __init__(self, name: str, case: BenchCase, backend: str) -> None:
         self.name = name
+        self.guardjit, self.option = parts(name)
+        self.stance = self.option == STANCE
         self.captured: list[Captured] = []
         self.config: dict = {}
         kwargs: dict = {}
-        if name == "guardjit":
-            self.model = guardjit.compile(case.model, backend=SideBackend(backend, name))
-        else:
-            if name in (DICT_TAGS, UNSAFE):
-                kwargs, self.config = option_kwargs(name)
-            # The stance runs plain torch's model under set_stance.
-            self.model = torch.compile(case.model, backend=SideBackend(backend, name), **kwargs)
+        if self.option in (DICT_TAGS, UNSAFE):
+            kwargs, self.config = option_kwargs(self.option)
+        # The model this side compiles: its own top code object (own_code).
+        self.case = dataclasses.replace(case, model=own_code(case.model))
+        compile_fn = guardjit.compile if self.guardjit else torch.compile
+        # The stance sides run the compiled model under set_stance.
+        self.model = compile_fn(self.case.model, backend=SideBackend(backend, name), **kwargs)
         self.args, self.kwargs = case.inputs()
 
     def warm(self, inputs: list[tuple]) -> None:
@@ -74,7 +129,7 @@ class Side:
 
     def call(self) -> Callable[[], object]:
         model, args, kwargs = self.model, self.args, self.kwargs
-        if self.name == STANCE:
+        if self.stance:
             def run() -> object:
                 with _stance():
                     return model(*args, **kwargs)
@@ -82,9 +137,9 @@ class Side:
         return lambda: model(*args, **kwargs)
 
     def check(self) -> Callable[[], object] | None:
-        if self.name == STANCE or not self.captured:
+        if self.stance or not self.captured:
             return None
-        roots = [((c.final_root if self.name == "guardjit" else c.dynamo_root).check, c.f_locals)
+        roots = [((c.final_root if self.guardjit else c.dynamo_root).check, c.f_locals)
                  for c in self.captured]
 
         def run() -> None:
@@ -122,8 +177,8 @@ def measure_sides(case: BenchCase, warmup: list[tuple], backend: str, rounds: in
         try:
             side = Side(name, case, backend)
             side.warm(warmup)
-            if name == STANCE:
-                side.call()()  # compiled: the stance now serves without guards
+            if side.stance:
+                side.call()()  # compiled: the stance now serves with its own checks
             sides.append(side)
             out[name] = {"status": "ok"}
         except Exception as e:  # noqa: BLE001 - recorded, never raised
@@ -135,14 +190,16 @@ def measure_sides(case: BenchCase, warmup: list[tuple], backend: str, rounds: in
                          "traced no graph from them)" + (f"; {errors}" if errors else ""))
     plugin.wait_for_tier_up()
     for s in sides:
-        fix_frame_locals(case, s.captured)
+        fix_frame_locals(s.case, s.captured)
     calls = [s.call() for s in sides]
-    tick("cache lookup (profiler)")
+    tick("cache lookup and pre-graph bytecode (profiler)")
     events: list[list[int]] = []
-    per = interleaved_lookups(calls, rounds, profile_calls, events)
-    for s, lk, ev in zip(sides, per, events):
+    pregraph: list[list[float]] = []
+    per = interleaved_lookups(calls, rounds, profile_calls, events, pregraph)
+    for s, lk, ev, pre in zip(sides, per, events, pregraph):
         seen = min(ev) / profile_calls if ev else 0.0
         out[s.name]["lookup_events_per_call"] = seen
+        out[s.name]["pregraph_us"] = statistics.median(pre)
         out[s.name]["lookup_us"] = statistics.median(lk) if seen >= 1 else None
         if seen < 1:
             out[s.name]["lookup_note"] = GUARDLESS_NOTE

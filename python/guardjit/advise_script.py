@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import functools
@@ -33,7 +34,7 @@ import runpy
 import sys
 import traceback
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -373,13 +374,30 @@ def _settings(args: Any) -> Any:
     return s
 
 
-def main(args: Any) -> int:
+def _per_target(path: str | None, name: str, many: bool) -> str | None:
+    """``--html``/``--plot`` for one target: the path given, or with several
+    targets advised ``stem-<target>.ext``."""
+    if not path or not many:
+        return path
+    import re
+
+    stem, ext = os.path.splitext(path)
+    return f"{stem}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', name).strip('_')}{ext}"
+
+
+def main(args: Any, render: Callable[[dict[str, Any], Any], int] | None = None) -> int:
+    """``python -m guardjit advise -- script.py ARGS``; ``render(report,
+    paths)`` writes ``paths.html``/``paths.plot`` of each advised target
+    (``advise_report.render``)."""
     script, argv = args.script[0], list(args.script[1:])
     err = "python -m guardjit advise: error:"
     if not os.path.isfile(script):
         print(f"{err} no such script: {script}", file=sys.stderr)
         return 2
+    # Absolute now: the script may change the working directory.
     json_path = args.json if args.json in (None, "-") else os.path.abspath(args.json)
+    html, plot = (os.path.abspath(p) if p else None
+                  for p in (getattr(args, "html", None), getattr(args, "plot", None)))
     try:
         targets = run_script(script, argv)
     except ScriptError as e:
@@ -401,6 +419,13 @@ def main(args: Any) -> int:
     for e in entries:
         if e.get("skipped"):
             print(f"not advised: {e['target']} (calls: {e['calls']}): {e['skipped']}")
+    rendered = 0
+    reports = [e for e in entries if e["report"] is not None]
+    if render is not None and (html or plot):
+        for e in reports:
+            paths = argparse.Namespace(html=_per_target(html, e["target"], len(reports) > 1),
+                                       plot=_per_target(plot, e["target"], len(reports) > 1))
+            rendered = max(rendered, render(e["report"], paths))
     if json_path:
         text = json.dumps({"schema": SCHEMA, "script": os.path.abspath(script), "argv": argv,
                            "guardjit_installed": installed, "targets": entries},
@@ -410,4 +435,4 @@ def main(args: Any) -> int:
         else:
             with open(json_path, "w") as f:
                 f.write(text + "\n")
-    return 1 if failed else 0
+    return 1 if failed else rendered

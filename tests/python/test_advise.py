@@ -65,8 +65,15 @@ def _check_fields(r: dict) -> None:
         assert side["status"] == "ok", (name, side)
         assert set(SIDE_FIELDS) <= set(side), name
         assert side["call_us"] > 0
-    assert r["sides"]["guardjit"]["lookup_us"] > 0
-    assert r["sides"]["guardjit"]["check_us"] > 0
+        assert side["pregraph_us"] >= 0, name
+    for name in ("guardjit", "guardjit+use_recursive_dict_tags_for_guards",
+                 "guardjit+install_free_tensors+skip_guard_on_all_nn_modules_unsafe"):
+        assert r["sides"][name]["lookup_us"] > 0 and r["sides"][name]["check_us"] > 0, name
+    assert r["sides"]["guardjit+skip_guard_eval_unsafe"]["check_us"] is None
+    # The graph's input (x) is rebuilt before the graph: Dynamo's pre-graph event.
+    assert r["sides"]["torch"]["pregraph_us"] > 0
+    for name, note in r["guardjit_vs_options"].items():
+        assert name in SIDES and note["guardjit_with_option_us"] is not None, name
     units = r["guards"]["units"]
     assert units
     for u in units:
@@ -76,6 +83,11 @@ def _check_fields(r: dict) -> None:
             assert set(GROUP_FIELDS) <= set(g)
     measured = [g for u in units for g in u["groups"] if g["cost_us"] is not None]
     assert len(measured) == 1 and measured[0]["group"] == r["guards"]["measured_groups"][0]
+    assert measured[0]["dynamo_cost_us"] is not None
+    assert set(measured[0]["python_frames"]) == {"dynamo", "guardjit"}
+    assert isinstance(measured[0]["accessor_reads"], dict)
+    assert set(r["guards"]["python_frames"]) >= {"python_frames_dynamo",
+                                                 "python_frames_guardjit"}
     assert set(LAYER_FIELDS) <= set(r["layers"])
     assert set(r["unsafe"]["options"]) == set(OPTIONS) | {"guardjit"}
     for o in r["unsafe"]["options"].values():
@@ -137,6 +149,82 @@ def test_advise_reports_every_field_and_its_verdicts_hold():
                 assert torch.equal(plain(x), want) and torch.equal(tags(x), want)
             finally:
                 GAIN = saved
+
+
+class Based(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+
+class Derived(Based):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor, *, k: int = 2) -> torch.Tensor:
+        return super().forward(self.lin(x)) * k
+
+
+def test_each_side_has_code_of_its_own():
+    """own_code: every side's top frame runs its own code object, so no side's
+    cache entries meet another's (guardjit's differentiating sets would make
+    plain torch's entries opaque: full roots under the stance)."""
+    from guardjit import stance
+    from guardjit.advise_measure import Side, own_code
+    from guardjit.bench.corpus import BenchCase
+
+    torch.manual_seed(0)
+    model = Derived().eval()
+    x = torch.randn(2, 4)
+    twin = own_code(model)
+    assert twin is not model and twin.lin is model.lin
+    assert twin.forward.__func__.__code__ is not Derived.forward.__code__
+    with torch.no_grad():
+        assert torch.equal(twin(x, k=3), model(x, k=3))  # super() and kwdefaults work
+        f = own_code(_model().forward)  # a bound method: returned as is
+        assert f.__self__ is not None
+        case = BenchCase("derived", model, lambda: (x,))
+        torch._dynamo.reset()
+        sides = [Side(n, case, "eager") for n in ("torch", "skip_guard_eval_unsafe", "guardjit",
+                                                   "guardjit+skip_guard_eval_unsafe")]
+        for s in sides:
+            s.warm([])
+            assert torch.equal(s.call()(), model(x))
+        codes = {s.name: s.case.model.forward.__func__.__code__ for s in sides}
+        assert len({id(c) for c in codes.values()}) == len(sides)
+        from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
+        for name in ("torch", "skip_guard_eval_unsafe"):
+            [entry] = _debug_get_cache_entry_list(codes[name])
+            assert not isinstance(entry.guard_manager, stance.OpaqueManagerWrapper), name
+        torch._dynamo.reset()
+
+
+def test_report_is_a_tlparse_artifact(tmp_path):
+    """Under TORCH_TRACE the report goes out as the ``guardjit_advise`` artifact."""
+    trace = tmp_path / "trace"
+    script = (
+        "import torch, guardjit, guardjit.advise\n"
+        "from guardjit.advise import Settings\n"
+        "m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval()\n"
+        "s = Settings(rounds=1, profile_calls=2, target_ms=0.05, groups=1, changes=2)\n"
+        "r = guardjit.advise(m, (torch.randn(2, 4),), settings=s)\n"
+        "print(r['schema'])\n")
+    env = dict(os.environ, TORCH_TRACE=str(trace))
+    env.pop("GUARDJIT", None)
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    [log] = list(trace.glob("*.log"))
+    lines = log.read_text().splitlines()
+    at = [i for i, line in enumerate(lines) if '"guardjit_advise"' in line]
+    assert len(at) == 1, "no guardjit_advise artifact in the TORCH_TRACE log"
+    payload = []
+    for p in lines[at[0] + 1:]:
+        if not p.startswith("\t"):
+            break
+        payload.append(p[1:])
+    report = json.loads("\n".join(payload))
+    assert report["schema"] == advise_mod.SCHEMA and set(REPORT_FIELDS) <= set(report)
 
 
 def test_cli_factory_and_json(tmp_path):

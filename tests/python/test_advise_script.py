@@ -104,14 +104,17 @@ def test_script_runs_unchanged_and_each_target_is_advised(tmp_path):
     assert "argv: ['a', 'b']" in alone.stdout
 
     out = tmp_path / "advise.json"
-    r = _advise(*QUICK, "--targets", "2", "--json", "advise.json", "--", str(script), "a", "b",
-                cwd=tmp_path)
+    r = _advise(*QUICK, "--targets", "2", "--json", "advise.json", "--html", "page.html",
+                "--", str(script), "a", "b", cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     # The script's own output first, unchanged; then the tables.
     assert r.stdout.startswith(alone.stdout), (r.stdout[:2000], alone.stdout)
     tail = r.stdout[len(alone.stdout):]
     assert tail.count("1. Per call") == 2 and tail.count("3. Which unsafe switch") == 2
     assert "not advised: Head (calls: 1): beyond --targets 2" in tail
+    # --html: one page per advised target.
+    assert sorted(p.name for p in tmp_path.glob("page*")) == ["page-Net.html", "page-post.html"]
+    assert "<html" in (tmp_path / "page-post.html").read_text()
 
     data = json.loads(out.read_text())
     assert data["schema"] == SCHEMA
@@ -191,7 +194,7 @@ def test_command_line_forms(tmp_path):
     assert "advise [options] MODULE:FACTORY" in r.stdout
     assert "advise [options] -- script.py [ARGS ...]" in r.stdout
     r = _advise("--quick", cwd=tmp_path)
-    assert r.returncode == 2 and "give MODULE:FACTORY or -- script.py ARGS" in r.stderr
+    assert r.returncode == 2 and "-- script.py ARGS (one of them)" in r.stderr
     r = _advise("--no-progress", "--", str(tmp_path / "missing.py"), cwd=tmp_path)
     assert r.returncode == 2 and "no such script" in r.stderr
 

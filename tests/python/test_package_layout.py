@@ -24,7 +24,7 @@ PACKAGE = pathlib.Path(guardjit.__file__).parent
 # sides and the fuzzer's mutations); reached as `import guardjit.advise`.
 LAB = ("guardjit.bench", "guardjit.fuzz", "guardjit.lab", "guardjit.advise",
        "guardjit.advise_measure", "guardjit.advise_guards", "guardjit.advise_safety",
-       "guardjit.advise_script")
+       "guardjit.advise_report", "guardjit.advise_script")
 # The command line reaches every subcommand, the lab's (bench, fuzz, demo)
 # included; it imports them inside the subcommand that runs them.
 CLI = "guardjit.__main__"

@@ -13,6 +13,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 LOOKUP_EVENT = "TorchDynamo Cache Lookup"
+# Dynamo's event around the transformed code's bytecode before the graph
+# call (torch/_dynamo/codegen.py, ``config.record_runtime_overhead``): it
+# rebuilds the graph's inputs from the frame (torch/_dynamo/utils.py
+# ``record_pregraph_bytecode_enter``). A frame with no graph input has none.
+PREGRAPH_EVENT = "Pregraph bytecode"
 
 
 @contextlib.contextmanager
@@ -49,12 +54,15 @@ def _no_guardjit_events() -> Iterator[None]:
 
 
 def profile_lookup_us(fn: Callable[[], object], calls: int,
-                      events: list[int] | None = None) -> float:
+                      events: list[int] | None = None,
+                      pregraph: list[float] | None = None) -> float:
     """Self CPU µs of "TorchDynamo Cache Lookup" per call of ``fn``; appends
     to ``events`` how many such events the ``calls`` calls recorded (fewer
     than ``calls`` when torch served some without the event: its guardless
     fast path). guardjit's own events are off meanwhile: the lookup's self
-    time holds guardjit's whole check, as it holds Dynamo's."""
+    time holds guardjit's whole check, as it holds Dynamo's. With
+    ``pregraph``, also appends the µs per call of the "Pregraph bytecode"
+    events (their whole duration: the bytecode and its two recording calls)."""
     from torch.profiler import ProfilerActivity, profile
 
     with _quiet_stderr(), _no_guardjit_events(), \
@@ -66,10 +74,16 @@ def profile_lookup_us(fn: Callable[[], object], calls: int,
         evs = [e for e in prof.events() if e.name == LOOKUP_EVENT]
         if events is not None:
             events.append(len(evs))
+        if pregraph is not None:
+            pregraph.append(sum(e.cpu_time_total for e in prof.events()
+                                if e.name == PREGRAPH_EVENT) / calls)
         return sum(e.self_cpu_time_total for e in evs) / calls
     raw_events = raw.events()
     if events is not None:
         events.append(sum(1 for e in raw_events if e.name() == LOOKUP_EVENT))
+    if pregraph is not None:
+        pregraph.append(sum(e.end_ns() - e.start_ns() for e in raw_events
+                            if e.name() == PREGRAPH_EVENT) / 1e3 / calls)
     return raw_self_us(raw_events, LOOKUP_EVENT) / calls
 
 

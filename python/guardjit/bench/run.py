@@ -170,19 +170,24 @@ def cold_interleaved(a: Callable[[], object], b: Callable[[], object], rounds: i
 
 
 def interleaved_lookups(fns: list[Callable[[], object]], rounds: int, calls: int,
-                        events: list[list[int]] | None = None) -> list[list[float]]:
+                        events: list[list[int]] | None = None,
+                        pregraph: list[list[float]] | None = None) -> list[list[float]]:
     """Per side, the lookup µs of each round; sides alternate within a round.
     With ``events``, also per side the lookup events seen in each round
-    (``calls`` each when every call went through the lookup)."""
+    (``calls`` each when every call went through the lookup); with
+    ``pregraph``, per side the pre-graph bytecode µs per call of each round."""
     for fn in fns:
         profile_lookup_us(fn, max(1, calls // 4))  # warm-up (profiler start-up, caches)
     per: list[list[float]] = [[] for _ in fns]
     if events is not None:
         events[:] = [[] for _ in fns]
+    if pregraph is not None:
+        pregraph[:] = [[] for _ in fns]
     for _ in range(rounds):
         for i, fn in enumerate(fns):
             counted: list[int] = []
-            per[i].append(profile_lookup_us(fn, calls, counted))
+            pre: list[float] | None = None if pregraph is None else pregraph[i]
+            per[i].append(profile_lookup_us(fn, calls, counted, pre))
             if events is not None:
                 events[i].append(counted[0])
     return per
