@@ -205,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     advise = sub.add_parser(
         "advise", help="torch's guard-overhead guide as one command, for one model",
         usage="python -m guardjit advise [options] MODULE:FACTORY\n"
-              "       python -m guardjit advise [options] -- script.py [ARGS ...]",
+              "       python -m guardjit advise [options] -- script.py [ARGS ...]\n"
+              "       python -m guardjit advise --from-json FILE [--html FILE] [--plot FILE]",
         epilog="-- script.py ARGS runs the script as python script.py ARGS would, with every "
                "torch.compile, nn.Module.compile and guardjit.compile observed, then advises "
                "on each compiled module or function with the inputs of its calls, the "
