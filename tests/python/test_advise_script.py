@@ -296,3 +296,28 @@ def test_advise_on_a_function_dynamo_skips_is_a_clear_error():
     tiny = Settings(rounds=2, profile_calls=4, target_ms=0.1, depth=2, groups=1, changes=2)
     with pytest.raises(ValueError, match="no side built a compile unit"):
         guardjit.advise(lambda n: n * 2, (3,), name="numbers", settings=tiny)
+
+
+def test_advise_under_install_measures_plain_torch_as_plain_torch():
+    """GUARDJIT=1 (guardjit.install) routes every compile through guardjit;
+    advise's plain-torch sides must stay torch's: guardjit converts as many
+    units during advise as without install, and install stays on after."""
+    from guardjit import plugin
+
+    tiny = Settings(rounds=2, profile_calls=4, target_ms=0.1, depth=2, groups=1, changes=1)
+
+    def fn(x):
+        return torch.sin(x) + 1
+
+    def converted() -> int:
+        before = plugin.stats()["units_seen"]
+        guardjit.advise(fn, (torch.ones(3),), name="fn", settings=tiny)
+        return plugin.stats()["units_seen"] - before
+
+    alone = converted()
+    assert guardjit.install()
+    try:
+        assert converted() == alone > 0
+        assert plugin.config.route_all
+    finally:
+        guardjit.uninstall()
