@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
                              "e.g. guardjit.models:cnn; or, instead, -- script.py ARGS: runs "
                              "the script (everything after -- is its) and advises on what "
                              "it compiled")
-    advise.add_argument("--targets", type=int, default=3, metavar="N",
+    advise.add_argument("--targets", type=int, metavar="N",
                         help="-- script.py: advise on the N most-called compiled targets "
                              "(default: 3; 0: all)")
     advise.add_argument("--json", metavar="FILE",

@@ -48,7 +48,7 @@ KEYS = 64  # distinct calls looked at per target, at most (their keys are kept)
 TARGETS = 3  # targets advised by default, the most-called first (0: all)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)  # by identity (fields hold tensors)
 class Target:
     """One compiled target of the script and the calls of its compiled form."""
 
@@ -414,7 +414,8 @@ def main(args: Any, render: Callable[[dict[str, Any], Any], int] | None = None) 
     from guardjit import plugin
 
     installed = plugin.config.route_all  # GUARDJIT=1, or guardjit.install() in the script
-    entries, failed = advise_targets(targets, args.targets, args.backend, _settings(args),
+    limit = TARGETS if getattr(args, "targets", None) is None else args.targets
+    entries, failed = advise_targets(targets, limit, args.backend, _settings(args),
                                      not args.no_progress)
     for e in entries:
         if e.get("skipped"):
