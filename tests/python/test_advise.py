@@ -86,6 +86,8 @@ def _check_fields(r: dict) -> None:
     assert measured[0]["dynamo_cost_us"] is not None
     assert set(measured[0]["python_frames"]) == {"dynamo", "guardjit"}
     assert isinstance(measured[0]["accessor_reads"], dict)
+    hows = [g["guardjit"]["how"] for u in units for g in u["groups"]]
+    assert any("skipped while unchanged" in h or h == "native" for h in hows), hows
     assert set(r["guards"]["python_frames"]) >= {"python_frames_dynamo",
                                                  "python_frames_guardjit"}
     assert set(LAYER_FIELDS) <= set(r["layers"])
