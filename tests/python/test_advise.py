@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -227,6 +229,15 @@ def test_report_is_a_tlparse_artifact(tmp_path):
         payload.append(p[1:])
     report = json.loads("\n".join(payload))
     assert report["schema"] == advise_mod.SCHEMA and set(REPORT_FIELDS) <= set(report)
+    # tlparse (installed by scripts/setup.sh) lists it.
+    here = pathlib.Path(sys.executable).parent / "tlparse"
+    tlparse = str(here) if here.exists() else shutil.which("tlparse")
+    assert tlparse, "tlparse is not installed (scripts/setup.sh installs it from PyPI)"
+    out = tmp_path / "tl_out"
+    subprocess.run([tlparse, str(log), "-o", str(out), "--no-browser"], check=True,
+                   timeout=300, capture_output=True)
+    files = [p.name for p in out.rglob("*") if p.is_file()]
+    assert any(n.startswith("guardjit_advise") for n in files), files
 
 
 def test_cli_factory_and_json(tmp_path):
