@@ -40,7 +40,7 @@ SIDE_FIELDS = ("status", "lookup_us", "lookup_events_per_call", "pregraph_us", "
 UNIT_FIELDS = ("name", "guards", "status", "reason", "guardjit_guards", "python_guards",
                "python_kinds", "subtree_skip", "groups", "top_groups", "layers")
 GROUP_FIELDS = ("group", "guards", "kinds", "hasattr_probes", "tensor_checks", "python_guards",
-                "cost_us", "dynamo_cost_us", "python_frames", "accessor_reads")
+                "cost_us", "dynamo_cost_us", "python_frames", "accessor_reads", "guardjit")
 LAYER_FIELDS = ("container", "count", "guards_per_layer", "lookup_us_per_layer")
 OPTION_FIELDS = ("dropped_guards", "dropped_by_group", "safe", "bites", "verdict")
 BITE_FIELDS = ("change", "source", "shown", "dropped_guards_on_source")
@@ -210,14 +210,14 @@ def format_report(r: dict[str, Any]) -> str:
             how += f"; {u['python_guards']} Python guards"
         out.append(f"  unit {u['name']}: {u['guards']} guards, guardjit: {how}")
         out.append(f"    {'group':<36} {'guards':>6} {'native µs':>9} {'Dynamo µs':>9} "
-                   f"{'frames':>6}  kinds")
+                   f"{'frames':>6}  kinds; what guardjit does")
         for g in u["groups"][:10]:
             kinds = ", ".join(f"{k} {n}" for k, n in sorted(g["kinds"].items(),
                                                             key=lambda kv: -kv[1])[:3])
             frames = (g.get("python_frames") or {}).get("dynamo")
             out.append(f"    {g['group'][:36]:<36} {g['guards']:>6} {_us(g.get('cost_us')):>9} "
                        f"{_us(g.get('dynamo_cost_us')):>9} {'-' if frames is None else frames:>6}"
-                       f"  {kinds}")
+                       f"  {kinds}; {(g.get('guardjit') or {}).get('how', '-')}")
     lay = r["layers"]
     if lay.get("count"):
         per = ", ".join(f"{SIDE_LABELS.get(k, k).split(' (')[0]} {v:.2f}"

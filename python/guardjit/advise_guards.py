@@ -138,8 +138,43 @@ def _layers(groups: dict[str, collections.Counter]) -> dict[str, Any] | None:
             "guards_per_layer": [counts[i] for i in sorted(counts)]}
 
 
-def _unit_facts(units: list[plugin.Unit]) -> dict[str, dict[str, Any]]:
-    """What guardjit does with each unit (plugin.Unit, _core.skip_stats)."""
+def _dynamo_name(source: str) -> str:
+    """The IR's source of a guard as Dynamo names it to a guard filter: a
+    frame local without ``L[...]`` (``L['self'].x`` -> ``self.x``)."""
+    return re.sub(r"^L\[['\"]([^'\"]*)['\"]\]", r"\1", source)
+
+
+def _group_facts(u: plugin.Unit, depth: int) -> dict[str, dict[str, Any]]:
+    """What guardjit does with each group of a unit it checks: the group's
+    guards in guardjit's checked set (``guards``), those that run a Python
+    lambda (``python``) and, with subtree skipping, those still checked on a
+    skipping call (``residual``; ``prelude``: the ones that may run Python,
+    checked before validation) and the rest, ``skipped_while_unchanged``."""
+    if u.ir is None:
+        return {}
+    out: dict[str, dict[str, Any]] = collections.defaultdict(
+        lambda: {"guards": 0, "python": 0})
+    for kind, source in u.ir.guard_sources():
+        f = out[group_of(_dynamo_name(source), depth)]
+        f["guards"] += 1
+        f["python"] += kind in plugin._PYTHON_GUARDS
+    sets = _core.skip_sets(u.check) if u.check is not None else None
+    if sets is not None:
+        for f in out.values():
+            f.update(residual=0, prelude=0)
+        for name, part in zip(("residual", "prelude"), sets):
+            for _, source in part.guard_sources() if part is not None else ():
+                f = out[group_of(_dynamo_name(source), depth)]
+                f[name] = f.get(name, 0) + 1
+        for f in out.values():
+            f["skipped_while_unchanged"] = max(0, f["guards"] - f.get("residual", 0)
+                                               - f.get("prelude", 0))
+    return dict(out)
+
+
+def _unit_facts(units: list[plugin.Unit], depth: int) -> dict[str, dict[str, Any]]:
+    """What guardjit does with each unit (plugin.Unit, _core.skip_stats), and
+    with each of its groups (:func:`_group_facts`)."""
     out: dict[str, dict[str, Any]] = {}
     for u in units:
         facts: dict[str, Any] = {"status": u.status, "reason": u.reason or None,
@@ -159,8 +194,36 @@ def _unit_facts(units: list[plugin.Unit]) -> dict[str, dict[str, Any]]:
                     "disabled": st["disabled"]}
             else:
                 facts["subtree_skip"] = {"declined": u.skip_declined or "no plan"}
+        facts["by_group"] = _group_facts(u, depth)
         out[u.name] = facts
     return out
+
+
+def _group_verdict(unit: dict[str, Any], f: dict[str, Any] | None) -> dict[str, Any]:
+    """A group's ``guardjit`` field: its facts (:func:`_group_facts`) and
+    ``how``, in words: "native", "skipped while unchanged", "residual",
+    "Python", a mix ("12 skipped while unchanged, 3 residual"), "no guard of
+    guardjit's set under this source" (its passes merged or implied them, or
+    its IR names the source otherwise: sources are matched by name), or
+    "left to Dynamo: <reason>" for a unit guardjit does not check."""
+    if unit["status"] not in ("native", "interpreter"):
+        return {"how": f"left to Dynamo: {unit.get('reason') or unit['status']}"}
+    if not f or not f["guards"]:
+        return {"guards": 0, "how": "no guard of guardjit's set under this source (its passes "
+                                    "merged or implied them, or name them otherwise)"}
+    parts = []
+    if "skipped_while_unchanged" in f:
+        for key, label in (("skipped_while_unchanged", "skipped while unchanged"),
+                           ("residual", "residual"), ("prelude", "prelude")):
+            if f.get(key):
+                parts.append((f[key], label))
+    else:
+        parts.append((f["guards"] - f["python"], unit["status"]))
+    if f["python"]:
+        parts.append((f["python"], "Python"))
+    parts = [(n, label) for n, label in parts if n]
+    how = parts[0][1] if len(parts) == 1 else ", ".join(f"{n} {label}" for n, label in parts)
+    return {**f, "how": how}
 
 
 def _compile_timed(case: BenchCase, backend: str, tag: str,
@@ -203,7 +266,7 @@ def guard_groups(case: BenchCase, backend: str, depth: int, measure: int, rounds
         tick("guards by source")
         rec, _, units = _compile_timed(case, backend, "guardjit-groups", None,
                                        skip=plugin.config.subtree_skip)
-        facts = _unit_facts(units)
+        facts = _unit_facts(units, depth)
         # No reset from here on: a reset frees the units whose checks are
         # timed. Each compile has a backend of its own (its own cache entry).
         _, captured, _ = _compile_timed(case, backend, "guardjit-full", None)
@@ -226,6 +289,9 @@ def guard_groups(case: BenchCase, backend: str, depth: int, measure: int, rounds
                                for g, k in sorted(groups.items(),
                                                   key=lambda kv: -sum(kv[1].values()))],
                     "layers": _layers(groups)}
+            gj_groups = unit.pop("by_group", {})
+            for grp in unit["groups"]:
+                grp["guardjit"] = _group_verdict(unit, gj_groups.get(grp["group"]))
             out_units.append(unit)
         # The largest groups over all units: one compile each without them.
         ranked = sorted(by_group, key=lambda g: -sum(by_group[g].values()))

@@ -78,12 +78,19 @@ def measures(report: dict[str, Any]) -> list[str]:
 
 def measured_groups(report: dict[str, Any]) -> list[tuple[str, str, float]]:
     """(unit, group, cost_us) of every group with a measured cost, largest first."""
+    return [(u, g, c) for u, g, c, _ in measured_group_costs(report)]
+
+
+def measured_group_costs(report: dict[str, Any]) -> list[tuple[str, str, float, float | None]]:
+    """(unit, group, cost_us, dynamo_cost_us) of every group with a measured
+    cost, largest guardjit cost first."""
     out = []
     for u in _list(_dict(report.get("guards")).get("units")):
         for g in _list(_dict(u).get("groups")):
             cost = _num(_dict(g).get("cost_us"))
             if cost is not None:
-                out.append((str(u.get("name", "?")), str(g.get("group", "?")), cost))
+                out.append((str(u.get("name", "?")), str(g.get("group", "?")), cost,
+                            _num(_dict(g).get("dynamo_cost_us"))))
     return sorted(out, key=lambda t: -t[2])
 
 
@@ -103,8 +110,8 @@ def _figure(report: dict[str, Any]) -> Any:
     sides = _dict(report.get("sides"))
     names = list(sides)
     ms = measures(report)
-    costs = measured_groups(report)[:TOP_COSTS]
-    units = {u for u, _, _ in costs}
+    costs = measured_group_costs(report)[:TOP_COSTS]
+    units = {u for u, _, _, _ in costs}
     lay = _dict(report.get("layers"))
     per_layer = [_num(v) for v in _list(lay.get("guards_per_layer"))]
     panels = ["sides"] + (["costs"] if costs else []) + (
@@ -120,17 +127,24 @@ def _figure(report: dict[str, Any]) -> Any:
         if panel == "sides":
             _sides_panel(ax, sides, names, ms)
         elif panel == "costs":
-            labels = [_tex_safe(f"{u}: {g}" if len(units) > 1 else g) for u, g, _ in costs]
-            values = [c for _, _, c in costs]
+            labels = [_tex_safe(f"{u}: {g}" if len(units) > 1 else g) for u, g, _, _ in costs]
             ys = list(range(len(costs)))
-            ax.barh(ys, values, 0.6, color="#4c72b0")
+            bars = [("guardjit (native)", [c for _, _, c, _ in costs], "#4c72b0", -0.18),
+                    ("Dynamo's tree", [d for _, _, _, d in costs], "#c44e52", 0.18)]
+            for label, values, color, dy in bars:
+                if all(v is None for v in values):
+                    continue
+                yy = [y + dy for y in ys]
+                ax.barh(yy, [v or 0 for v in values], 0.34, color=color, label=label)
+                for y, v in zip(yy, values):  # a negative cost is noise: drawn, labelled left
+                    if v is not None:
+                        ax.text(v, y, f" {v:.2f}" if v >= 0 else f"{v:.2f} ", va="center",
+                                fontsize=7, ha="left" if v >= 0 else "right")
             ax.set_yticks(ys, labels, fontsize=8)
             ax.invert_yaxis()
             ax.axvline(0, color="black", linewidth=0.6)
-            for y, v in zip(ys, values):  # a negative cost is noise: drawn, labelled left
-                ax.text(v, y, f" {v:.2f}" if v >= 0 else f"{v:.2f} ", va="center", fontsize=7,
-                        ha="left" if v >= 0 else "right")
-            ax.set_title("measured native cost of the largest groups, µs per check "
+            ax.legend(fontsize=7, loc="lower right")
+            ax.set_title("measured cost of the largest groups, µs per check "
                          "(check minus check without the group)", fontsize=9)
         else:
             xs = list(range(len(per_layer)))
@@ -293,21 +307,28 @@ def _unit_section(u: dict) -> str:
               + (f" ({_kinds(u.get('python_kinds'))})" if _dict(u.get("python_kinds")) else "")],
              ["subtree skipping", ", ".join(f"{_e(k)} {_e(v)}" for k, v in skip.items())
               or "-"]]
-    known = {"group", "guards", "cost_us", "check_us", "check_us_without", "kinds"}
+    known = {"group", "guards", "cost_us", "check_us", "check_us_without", "kinds", "python_frames",
+             "accessor_reads", "guardjit"}
     groups = [_dict(g) for g in _list(u.get("groups"))]
     extra: list[str] = []
     for g in groups:
         extra += [k for k, v in g.items() if k not in known and k not in extra
                   and not isinstance(v, (dict, list))]
+    def frames(g: dict) -> str:
+        f = _dict(g.get("python_frames"))
+        return f"{_e(f.get('dynamo'))} / {_e(f.get('guardjit'))}" if f else "-"
+
     rows = [[f"<code>{_e(g.get('group'))}</code>", _e(g.get("guards")), _e(g.get("cost_us")),
              _e(g.get("check_us")), _e(g.get("check_us_without"))]
-            + [_e(g.get(k)) for k in extra] + [_kinds(g.get("kinds"))]
+            + [_e(g.get(k)) for k in extra]
+            + [frames(g), _e(_dict(g.get("guardjit")).get("how", "-")), _kinds(g.get("kinds"))]
             for g in groups[:GROUP_ROWS]]
     more = (f"<p>{len(groups) - GROUP_ROWS} smaller groups are in the JSON.</p>"
             if len(groups) > GROUP_ROWS else "")
     return (f"<h3>unit {_e(u.get('name'))}</h3>\n" + _table(["", ""], facts, "facts")
             + "\n" + _table(["group", "guards", "native µs", "check µs", "check µs without"]
-                            + extra + ["kinds"], rows, "num") + more)
+                            + extra + ["Python frames (Dynamo / guardjit)",
+                                       "what guardjit does", "kinds"], rows, "num") + more)
 
 
 def _layers_section(report: dict[str, Any]) -> str:

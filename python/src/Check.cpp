@@ -277,6 +277,21 @@ void guardjit::python::populateCheck(py::module_ &M) {
       "Counters of the subtree skipping of `check`, or None without it.");
 
   M.def(
+      "skip_sets",
+      [](py::handle Fn) -> py::object {
+        std::shared_ptr<CheckTarget> T = targetOf(Fn);
+        if (!T->Skip)
+          return py::none();
+        const SkipPlan &P = *T->Skip->Plan;
+        return py::make_tuple(P.residual(), P.prelude());
+      },
+      py::arg("check"),
+      "(residual, prelude) guard sets of the subtree skipping of `check` "
+      "(SubtreeSkip.h: the guards still checked on a skipping call; the "
+      "prelude is None without one), or None without skipping. Copies are "
+      "not made: treat them as read-only.");
+
+  M.def(
       "skip_profile",
       [](py::handle Fn, py::dict FrameLocals, int Calls) -> py::object {
         std::optional<SkipProfile> Prof =

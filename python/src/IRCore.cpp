@@ -249,6 +249,17 @@ void guardjit::python::populateIRCore(py::module_ &M) {
             return D;
           },
           "Guards per Dynamo guard kind, e.g. {'TENSOR_MATCH': 9}.")
+      .def(
+          "guard_sources",
+          [](const GuardSet &S) {
+            std::vector<std::pair<std::string, std::string>> Out;
+            Out.reserve(S.guards().size());
+            for (const Guard &G : S.guards())
+              Out.emplace_back(std::string(torchName(G.Kind)), G.Attrs.Source);
+            return Out;
+          },
+          "(Dynamo guard kind, Dynamo source) of each guard, in order; the "
+          "source is \"\" for a guard without one (GLOBAL_STATE).")
       .def("print", &printGuardSet, "The .gir text of the set.")
       .def(
           "copy",

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -86,6 +88,8 @@ def _check_fields(r: dict) -> None:
     assert measured[0]["dynamo_cost_us"] is not None
     assert set(measured[0]["python_frames"]) == {"dynamo", "guardjit"}
     assert isinstance(measured[0]["accessor_reads"], dict)
+    hows = [g["guardjit"]["how"] for u in units for g in u["groups"]]
+    assert any("skipped while unchanged" in h or h == "native" for h in hows), hows
     assert set(r["guards"]["python_frames"]) >= {"python_frames_dynamo",
                                                  "python_frames_guardjit"}
     assert set(LAYER_FIELDS) <= set(r["layers"])
@@ -225,6 +229,15 @@ def test_report_is_a_tlparse_artifact(tmp_path):
         payload.append(p[1:])
     report = json.loads("\n".join(payload))
     assert report["schema"] == advise_mod.SCHEMA and set(REPORT_FIELDS) <= set(report)
+    # tlparse (installed by scripts/setup.sh) lists it.
+    here = pathlib.Path(sys.executable).parent / "tlparse"
+    tlparse = str(here) if here.exists() else shutil.which("tlparse")
+    assert tlparse, "tlparse is not installed (scripts/setup.sh installs it from PyPI)"
+    out = tmp_path / "tl_out"
+    subprocess.run([tlparse, str(log), "-o", str(out), "--no-browser"], check=True,
+                   timeout=300, capture_output=True)
+    files = [p.name for p in out.rglob("*") if p.is_file()]
+    assert any(n.startswith("guardjit_advise") for n in files), files
 
 
 def test_cli_factory_and_json(tmp_path):
