@@ -109,7 +109,7 @@ def advise(model: Any, example_inputs: Any, warmup_inputs: list | None = None, *
     """
     from guardjit import _core, _logging, plugin
     from guardjit.advise_guards import guard_groups
-    from guardjit.advise_measure import measure_sides
+    from guardjit.advise_measure import SIDES, measure_sides
     from guardjit.advise_safety import assess
     from guardjit.bench.run import Progress
 
@@ -118,7 +118,9 @@ def advise(model: Any, example_inputs: Any, warmup_inputs: list | None = None, *
         else (example_inputs,)
     warm = [tuple(w) if isinstance(w, (tuple, list)) else (w,) for w in (warmup_inputs or [])]
     case = _case(model, args, example_kwargs or {}, name or type(model).__name__, layers)
-    bar = Progress(8 + 1 + s.groups + 2 + 2 * (s.changes + 2 + len(warm)), progress)
+    # Ticks: each side's compile and the 3 timings; the groups; the changes.
+    bar = Progress(len(SIDES) + 3 + 1 + s.groups + 2 + 2 * (s.changes + 2 + len(warm)),
+                   progress)
     tick: Callable[[str], None] = bar
     start = time.perf_counter()
     threads = torch.get_num_threads()
