@@ -44,7 +44,7 @@ GROUP_FIELDS = ("group", "guards", "kinds", "hasattr_probes", "tensor_checks", "
 LAYER_FIELDS = ("container", "count", "guards_per_layer", "lookup_us_per_layer")
 OPTION_FIELDS = ("dropped_guards", "dropped_by_group", "safe", "bites", "verdict")
 BITE_FIELDS = ("change", "source", "shown", "dropped_guards_on_source")
-CHANGE_FIELDS = ("change", "source", "steps", "eager_error", "sides")
+CHANGE_FIELDS = ("change", "source", "steps", "eager_error", "judged", "sides")
 
 
 @dataclasses.dataclass
@@ -129,7 +129,8 @@ def advise(model: Any, example_inputs: Any, warmup_inputs: list | None = None, *
     # the plain-torch sides included: only the guardjit sides are, here.
     route_all, plugin.config.route_all = plugin.config.route_all, False
     try:
-        with torch.no_grad():
+        # The caller's random state is kept (a model in train mode draws).
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
             sides = measure_sides(case, warm, backend, s.rounds, s.profile_calls, s.target_ms,
                                   tick)
             guards = guard_groups(case, backend, s.depth, s.groups, s.rounds, s.target_ms, tick)
@@ -228,8 +229,10 @@ def format_report(r: dict[str, Any]) -> str:
                  if lay["container"] else "layers as given")
         out.append(f"  {lay['count']} layers ({where}); lookup µs per layer: {per}")
     u = r["unsafe"]
+    judged = sum(1 for c in u["changes"] if c.get("judged"))
     out += ["", f"3. Which unsafe switch would bite ({len(u['changes'])} changes tried, "
-                f"{u['changes_run_in_eager']} of them run in eager: each side against eager)"]
+                f"{judged} judged: plain torch agrees with eager there; eager raised on "
+                f"{len(u['changes']) - u['changes_run_in_eager']}; each side against eager)"]
     for name, o in r["unsafe"]["options"].items():
         drops = "-" if o["dropped_guards"] is None else o["dropped_guards"]
         out.append(f"  {name}: drops {drops} guards; {o['verdict']}")

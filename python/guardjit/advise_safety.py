@@ -199,12 +199,18 @@ def _restore(model: Any, saved: dict[str, torch.Tensor]) -> None:
                 b.copy_(saved[k])
 
 
-def verdict_of(bites: list[dict[str, Any]], tried: int) -> str:
-    """The option's verdict in words, from its bites."""
+def verdict_of(bites: list[dict[str, Any]], tried: int, unjudged: int = 0) -> str:
+    """The option's verdict in words, from its bites; ``tried``: the changes
+    judged, ``unjudged``: those where plain torch itself differed from eager."""
     if not bites:
-        return f"safe on everything tried ({tried} changes)"
+        more = (f"; {unjudged} more not judged: plain torch differs from eager there"
+                if unjudged else "")
+        return f"safe on everything tried ({tried} changes{more})"
+    def what(b: dict[str, Any]) -> str:
+        return b["change"] if b["source"] == "<inputs>" else b["source"]
+
     # A stale graph answers; a side that raises refused to answer.
-    stale = [b["source"] + (" (and back)" if "undone" in b["shown"] else
+    stale = [what(b) + (" (and back)" if "undone" in b["shown"] else
                             " (eager raises)" if b["shown"].startswith("answers") else "")
              for b in bites if not b["shown"].startswith("raises")]
     fails = [b for b in bites if b["shown"].startswith("raises")]
@@ -216,7 +222,7 @@ def verdict_of(bites: list[dict[str, Any]], tried: int) -> str:
         parts.append(f"serves a stale graph when {', '.join(stale)} "
                      f"change{'s' if len(stale) == 1 else ''} (shown: {shown})")
     if fails:
-        parts.append(f"fails when {', '.join(b['source'] for b in fails)} "
+        parts.append(f"fails when {', '.join(what(b) for b in fails)} "
                      f"change{'s' if len(fails) == 1 else ''} ({fails[0]['shown']})")
     return "; ".join(parts)
 
@@ -259,13 +265,26 @@ def _summary(dropped: list[tuple[str, str]]) -> dict[str, int]:
     return dict(c.most_common(10))
 
 
+SEED = 0
+
+
+def _seeded(side: Any, args: tuple, kwargs: dict) -> tuple[Any, str | None]:
+    """:func:`_run` from the same random state: a model that draws random
+    numbers (dropout in train mode) draws the same ones in eager and on every
+    side with the ``eager`` backend (the same ops in the same order), so its
+    outputs are comparable. The caller's random state is restored by assess."""
+    torch.manual_seed(SEED)
+    return _run(side, args, kwargs)
+
+
 def assess(case: BenchCase, warmup: list[tuple], backend: str, limit: int,
            tick: Callable[[str], None]) -> dict[str, Any]:
     from guardjit.bench.capture import capture_units
 
     exact = backend == "eager"
     args0, kwargs = case.inputs()
-    with torch._dynamo.config.patch(recompile_limit=256, accumulated_recompile_limit=4096):
+    with torch._dynamo.config.patch(recompile_limit=256, accumulated_recompile_limit=4096), \
+            torch.random.fork_rng(devices=[]):
         torch._dynamo.reset()
         tick("unsafe options: compile")
         names = ("torch", "guardjit") + FILTERS + (FREE_TENSORS, DICT_TAGS)
@@ -282,9 +301,11 @@ def assess(case: BenchCase, warmup: list[tuple], backend: str, limit: int,
         drops = _drops(sides, torch_seen, free_seen)
         first_cid = next(iter(sides["torch"].recorder.seen), None)
         first_seen = sides["torch"].recorder.seen.get(first_cid, [])
+        # A side may raise on a warm-up input (an option serving a graph of
+        # another shape): the change "warm-up input i" below shows it.
         for s in sides.values():
             for a in warmup:
-                s(a, kwargs)
+                _run(s, a, kwargs)
         # The changes are drawn on the first unit of plain torch (its frame
         # locals and globals).
         first = got[0]
@@ -296,7 +317,8 @@ def assess(case: BenchCase, warmup: list[tuple], backend: str, limit: int,
             fresh[name] += 1
             side = _Side(name, case, backend, f"-{fresh[name]}")
             for a in [args0] + warmup:
-                side(a, kwargs) if name != STANCE else side.model(*a, **kwargs)
+                _run(side, a, kwargs) if name != STANCE else \
+                    _run(lambda a, k: side.model(*a, **k), a, kwargs)
             return side
 
         results = _try(changes, sides, env, case, args0, kwargs, exact, tick, "", rebuild)
@@ -309,14 +331,22 @@ def assess(case: BenchCase, warmup: list[tuple], backend: str, limit: int,
         plain = _Side("torch", case, backend)
         stance = _Side(STANCE, case, backend)
         for a in [args0] + warmup:
-            plain(a, kwargs)
-            stance.model(*a, **kwargs)  # warmed without the stance: the guide's order
+            _run(plain, a, kwargs)
+            # warmed without the stance: the guide's order
+            _run(lambda a, k: stance.model(*a, **k), a, kwargs)
         results_st = _try(changes, {"torch": plain, STANCE: stance}, env, case, args0, kwargs,
                           exact, tick, "stance: ", rebuild)
         torch._dynamo.reset()
     for r, rs in zip(results, results_st):
         if STANCE in rs["sides"]:
             r["sides"][STANCE] = rs["sides"][STANCE]
+        # A change is judged where plain torch agrees with eager on it (both
+        # answer the same, or both raise): elsewhere no option can be told
+        # stale (a random draw the backend makes differently, a model plain
+        # torch itself gets wrong). None: the fuzzer's step did not apply.
+        t = r["sides"].get("torch")
+        r["judged"] = None if (r["eager_error"] or "").startswith("not applicable") \
+            else bool(t and t["same_as_eager"] and t.get("same_after_undo", True))
     options: dict[str, Any] = {}
     for name in OPTIONS + ("guardjit",):
         d = drops.get(name, {"dropped_guards": 0, "dropped": []})
@@ -344,9 +374,8 @@ def assess(case: BenchCase, warmup: list[tuple], backend: str, limit: int,
                 shown = "output differs from eager"
             bites.append({"change": r["change"], "source": r["source"], "shown": shown,
                           "dropped_guards_on_source": on_source[:10]})
-        tried = sum(1 for r in results
-                    if not (r["eager_error"] or "").startswith("not applicable"))
-        verdict = verdict_of(bites, tried)
+        tried = sum(1 for r in results if r["judged"])
+        verdict = verdict_of(bites, tried, sum(1 for r in results if r["judged"] is False))
         options[name] = {"dropped_guards": d["dropped_guards"],
                          "dropped_by_group": _summary(d["dropped"]),
                          **({"note": d["note"]} if "note" in d else {}),
@@ -398,12 +427,12 @@ def _try_all(changes: list[Change], sides: dict[str, Any], env: mut.Env, case: B
             # updates BatchNorm's running stats, which would otherwise make
             # the next side differ from eager for no fault of its own.
             start = _buffers(case.model)
-            want, err = _run(lambda a, k: case.model(*a, **k), args, kwargs)
+            want, err = _seeded(lambda a, k: case.model(*a, **k), args, kwargs)
             if err is not None:
                 entry["eager_error"] = err
             for name, side in sides.items():
                 _restore(case.model, start)
-                got, serr = _run(side, args, kwargs)
+                got, serr = _seeded(side, args, kwargs)
                 same = (serr is None and err is None and _same(got, want, exact)) or \
                     (serr is not None and err is not None)
                 entry["sides"][name] = {"same_as_eager": same, "error": serr}
@@ -416,10 +445,10 @@ def _try_all(changes: list[Change], sides: dict[str, Any], env: mut.Env, case: B
         # serves the entry compiled while the change was in effect. That
         # is this change's bite; the side is compiled afresh so that the
         # next change starts clean.
-        want, err = _run(lambda a, k: case.model(*a, **k), args0, kwargs)
+        want, err = _seeded(lambda a, k: case.model(*a, **k), args0, kwargs)
         for name, side in list(sides.items()):
             _restore(case.model, before)
-            got, serr = _run(side, args0, kwargs)
+            got, serr = _seeded(side, args0, kwargs)
             back = err is None and serr is None and _same(got, want, exact)
             if name in entry["sides"]:
                 entry["sides"][name]["same_after_undo"] = back

@@ -155,6 +155,74 @@ def test_advise_reports_every_field_and_its_verdicts_hold():
                 GAIN = saved
 
 
+class Reshaping(nn.Module):
+    """Bakes the batch size into a view: an option dropping the shape guards
+    serves batch 2's graph to batch 3 and raises."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        return self.lin(x).view(b, t, 2, c // 2).sum(-1)
+
+
+def test_a_warmup_input_an_option_fails_on_is_its_bite():
+    torch.manual_seed(0)
+    model = Reshaping().eval()
+    r = guardjit.advise(model, (torch.randn(2, 4, 8),), [(torch.randn(3, 4, 8),)],
+                        settings=TINY)
+    skip_all = r["unsafe"]["options"]["skip_all_guards_unsafe"]
+    assert not skip_all["safe"] and skip_all["verdict"].startswith("fails when warm-up input 0")
+    assert r["unsafe"]["options"]["keep_tensor_guards_unsafe"]["safe"]
+    assert "warmup_errors" in r["sides"]["install_free_tensors+skip_guard_on_all_nn_modules_unsafe"] \
+        or r["sides"]["install_free_tensors+skip_guard_on_all_nn_modules_unsafe"]["status"] == "ok"
+    # By hand: plain torch recompiles, skip_all_guards_unsafe raises.
+    x, w = torch.randn(2, 4, 8), torch.randn(3, 4, 8)
+    with torch.no_grad():
+        torch._dynamo.reset()
+        plain = torch.compile(model, backend=SideBackend("eager", "plain"))
+        unsafe = torch.compile(model, backend=SideBackend("eager", "all"), options={
+            "guard_filter_fn": torch.compiler.skip_all_guards_unsafe})
+        plain(x), unsafe(x)
+        assert torch.equal(plain(w), model(w))
+        try:
+            unsafe(w)
+            raise AssertionError("skip_all_guards_unsafe served batch 3")
+        except RuntimeError as e:
+            assert "invalid for input of size" in str(e)
+        torch._dynamo.reset()
+
+
+class Dropping(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.lin(x))
+
+
+def test_train_with_dropout_is_judged_from_the_same_random_state():
+    """train() with dropout draws random numbers: every call of step 3 starts
+    from the same seed, so eager and plain torch agree and the nn-module
+    filters' stale eval graph shows; the caller's random state is kept."""
+    torch.manual_seed(0)
+    model = Dropping().eval()
+    x = torch.randn(4, 16)
+    before = torch.get_rng_state()
+    r = guardjit.advise(model, (x,), settings=TINY)
+    assert torch.equal(torch.get_rng_state(), before)
+    assert not model.training
+    [train] = [c for c in r["unsafe"]["changes"] if c["change"] == "self.train()"]
+    assert train["judged"] and train["sides"]["torch"]["same_as_eager"]
+    inbuilt = r["unsafe"]["options"]["skip_guard_on_inbuilt_nn_modules_unsafe"]
+    assert "self.training" in {b["source"] for b in inbuilt["bites"]}, inbuilt["verdict"]
+    assert r["unsafe"]["options"]["guardjit"]["safe"]
+
+
 class Based(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + 1
