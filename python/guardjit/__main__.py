@@ -22,6 +22,22 @@ def _output_file(path: str) -> str:
     return path
 
 
+def _positive(text: str) -> int:
+    """argparse type: an int >= 1."""
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
+def _count(text: str) -> int:
+    """argparse type: an int >= 0."""
+    n = int(text)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {n}")
+    return n
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # `advise [options] -- script.py ARGS`: everything after `--` is the
@@ -235,14 +251,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="torch.compile backend (default: eager; guards are the same)")
     advise.add_argument("--quick", action="store_true",
                         help="fewer rounds, groups and changes; quick=True to bench factories")
-    advise.add_argument("--depth", type=int, metavar="N",
+    advise.add_argument("--depth", type=_positive, metavar="N",
                         help="source steps below the frame local that name a group (default: 2)")
-    advise.add_argument("--groups", type=int, metavar="N",
+    advise.add_argument("--groups", type=_count, metavar="N",
                         help="largest groups whose native time is measured, one compile each "
                              "(default: 5; 3 with --quick)")
-    advise.add_argument("--changes", type=int, metavar="N",
-                        help="changes of the model's state tried (default: 16; 8 with --quick)")
-    advise.add_argument("--rounds", type=int, metavar="N", help="interleaved rounds")
+    advise.add_argument("--changes", type=_count, metavar="N",
+                        help="changes of the model's state tried (default: 16; 8 with --quick; "
+                             "more reach deeper attributes, e.g. a config's)")
+    advise.add_argument("--rounds", type=_positive, metavar="N",
+                        help="interleaved rounds (default: 7; 3 with --quick)")
     advise.add_argument("--no-progress", action="store_true", help="no progress bar")
     advise.add_argument("--html", metavar="FILE.html", type=_output_file,
                         help="also write the report as one self-contained HTML page, with the "

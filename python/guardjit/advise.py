@@ -114,9 +114,15 @@ def advise(model: Any, example_inputs: Any, warmup_inputs: list | None = None, *
     from guardjit.bench.run import Progress
 
     s = settings or (Settings.quick_mode() if quick else Settings())
-    args = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) \
-        else (example_inputs,)
-    warm = [tuple(w) if isinstance(w, (tuple, list)) else (w,) for w in (warmup_inputs or [])]
+    from guardjit.advise_safety import buffers, fresh, restore
+
+    # Copies: a forward that writes its input in place must not change the
+    # caller's tensors.
+    args = fresh(tuple(example_inputs) if isinstance(example_inputs, (tuple, list))
+                 else (example_inputs,))
+    warm = [fresh(tuple(w) if isinstance(w, (tuple, list)) else (w,))
+            for w in (warmup_inputs or [])]
+    example_kwargs = fresh(example_kwargs)
     case = _case(model, args, example_kwargs or {}, name or type(model).__name__, layers)
     # Ticks: each side's compile and the 3 timings; the groups; the changes.
     bar = Progress(len(SIDES) + 3 + 1 + s.groups + 2 + 2 * (s.changes + 2 + len(warm)),
@@ -128,6 +134,7 @@ def advise(model: Any, example_inputs: Any, warmup_inputs: list | None = None, *
     # Under GUARDJIT=1 (guardjit.install) every compile would be guardjit's,
     # the plain-torch sides included: only the guardjit sides are, here.
     route_all, plugin.config.route_all = plugin.config.route_all, False
+    saved = buffers(model)  # calls in train mode update BatchNorm's statistics
     try:
         # The caller's random state is kept (a model in train mode draws).
         with torch.no_grad(), torch.random.fork_rng(devices=[]):
@@ -136,9 +143,10 @@ def advise(model: Any, example_inputs: Any, warmup_inputs: list | None = None, *
             guards = guard_groups(case, backend, s.depth, s.groups, s.rounds, s.target_ms, tick)
             unsafe = assess(case, warm, backend, s.changes, tick)
     finally:
+        restore(model, saved)
         plugin.config.route_all = route_all
         torch.set_num_threads(threads)
-        bar.close()
+        bar.close(done=True)
     found = next((u["layers"] for u in guards["units"] if u["layers"]), None)
     count = layers or (found or {}).get("count")
     per_layer = {"container": (found or {}).get("container"), "count": count,
@@ -178,6 +186,9 @@ SIDE_LABELS = {"use_recursive_dict_tags_for_guards": "torch dict tags",
 def format_report(r: dict[str, Any]) -> str:
     out = [f"guardjit advise: {r['model']} (backend {r['backend']}, torch {r['torch_version']}, "
            f"{r['wall_s']:.0f} s; medians of interleaved rounds, one process)", "",
+           *([f"   ({r['settings'].get('rounds')} rounds: one slow round can move a median; "
+              "the lookup and check columns hold better than the whole call)"]
+             if (r.get("settings") or {}).get("rounds", 7) < 5 else []),
            "1. Per call (µs)",
            f"  {'side':<42} {'lookup':>8} {'check':>8} {'pregraph':>8} {'call':>9} "
            f"{'call/torch':>10}"]
@@ -213,13 +224,14 @@ def format_report(r: dict[str, Any]) -> str:
             how += f"; {u['python_guards']} Python guards"
         out.append(f"  unit {u['name']}: {u['guards']} guards, guardjit: {how}")
         out.append(f"    {'group':<36} {'guards':>6} {'native µs':>9} {'Dynamo µs':>9} "
-                   f"{'frames':>6}  kinds; what guardjit does")
+                   f"{'Dynamo frames':>13}  kinds; what guardjit does")
         for g in u["groups"][:10]:
             kinds = ", ".join(f"{k} {n}" for k, n in sorted(g["kinds"].items(),
                                                             key=lambda kv: -kv[1])[:3])
             frames = (g.get("python_frames") or {}).get("dynamo")
-            out.append(f"    {g['group'][:36]:<36} {g['guards']:>6} {_us(g.get('cost_us')):>9} "
-                       f"{_us(g.get('dynamo_cost_us')):>9} {'-' if frames is None else frames:>6}"
+            name = g["group"] if len(g["group"]) <= 36 else g["group"][:35] + "…"
+            out.append(f"    {name:<36} {g['guards']:>6} {_us(g.get('cost_us')):>9} "
+                       f"{_us(g.get('dynamo_cost_us')):>9} {'-' if frames is None else frames:>13}"
                        f"  {kinds}; {(g.get('guardjit') or {}).get('how', '-')}")
     lay = r["layers"]
     if lay.get("count"):
@@ -273,8 +285,13 @@ def main(args: Any, render: Callable[[dict[str, Any]], int] | None = None) -> in
     for field in ("depth", "groups", "changes", "rounds"):
         if getattr(args, field, None) is not None:
             setattr(s, field, getattr(args, field))
-    report = advise(**got, backend=args.backend, settings=s, progress=not args.no_progress)
-    print(format_report(report))
+    try:
+        report = advise(**got, backend=args.backend, settings=s, progress=not args.no_progress)
+    except ValueError as e:  # e.g. nothing to advise on: no compile unit
+        print(f"python -m guardjit advise: error: {e}", file=sys.stderr)
+        return 2
+    if args.json != "-":  # with --json -, stdout is the JSON alone (pipeable)
+        print(format_report(report))
     if args.json:
         text = json.dumps(report, indent=1, default=str)
         if args.json == "-":

@@ -141,6 +141,8 @@ def _layers(groups: dict[str, collections.Counter]) -> dict[str, Any] | None:
 def _dynamo_name(source: str) -> str:
     """The IR's source of a guard as Dynamo names it to a guard filter: a
     frame local without ``L[...]`` (``L['self'].x`` -> ``self.x``)."""
+    if source == "L":  # a global guard on the frame (TORCH_FUNCTION_MODE_STACK)
+        return ""
     return re.sub(r"^L\[['\"]([^'\"]*)['\"]\]", r"\1", source)
 
 

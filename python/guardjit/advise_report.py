@@ -20,6 +20,7 @@ this module knows still render.
 
 from __future__ import annotations
 
+import argparse
 import base64
 import html as _html
 import io
@@ -486,11 +487,18 @@ def load_json(path: str) -> dict[str, Any]:
     except json.JSONDecodeError as e:
         raise ValueError(f"{path} is not JSON: {e.msg} (line {e.lineno}, column {e.colno})") \
             from None
+    from guardjit.advise_script import SCHEMA as SCRIPT_SCHEMA
+
+    script_family = SCRIPT_SCHEMA.rpartition("/")[0] + "/"
+    if isinstance(report, dict) and str(report.get("schema", "")).startswith(script_family):
+        if not isinstance(report.get("targets"), list):
+            raise ValueError(f"{path}: the script report has no 'targets'")
+        return report
     family = SCHEMA.rpartition("/")[0] + "/"
     if not isinstance(report, dict) or not str(report.get("schema", "")).startswith(family):
         got = report.get("schema") if isinstance(report, dict) else type(report).__name__
         raise ValueError(f"{path} is not a guardjit advise report (schema {got!r}, "
-                         f"expected {SCHEMA!r})")
+                         f"expected {SCHEMA!r} or {SCRIPT_SCHEMA!r})")
     if not isinstance(report.get("sides"), dict):
         raise ValueError(f"{path}: the report has no 'sides'")
     return report
@@ -521,6 +529,29 @@ def from_json_main(args: Any) -> int:
     except ValueError as e:
         print(f"python -m guardjit advise: error: {e}", file=sys.stderr)
         return 2
+    if "targets" in report:  # a script's report: each advised target, as the run wrote them
+        from guardjit.advise_script import _per_target
+
+        done = [t for t in report["targets"] if isinstance(t, dict)
+                and isinstance(t.get("report"), dict)]
+        if not done:
+            print(f"python -m guardjit advise: error: {args.from_json}: no target was advised",
+                  file=sys.stderr)
+            return 2
+        worst = 0
+        for t in done:
+            print(f"\n=== target {t.get('target')} ({t.get('calls')} calls)")
+            paths = argparse.Namespace(
+                html=_per_target(getattr(args, "html", None), str(t.get("target")),
+                                 len(done) > 1),
+                plot=_per_target(getattr(args, "plot", None), str(t.get("target")),
+                                 len(done) > 1))
+            worst = max(worst, _table_and_render(t["report"], paths))
+        return worst
+    return _table_and_render(report, args)
+
+
+def _table_and_render(report: dict[str, Any], args: Any) -> int:
     try:
         print(format_report(report))
     except (KeyError, TypeError, ValueError, AttributeError) as e:

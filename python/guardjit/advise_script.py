@@ -240,11 +240,14 @@ def observe(warmups: int = WARMUPS) -> Iterator[Observer]:
 
     @functools.wraps(torch_compile)
     def compile_(model: Any = None, *args: Any, **kwargs: Any) -> Any:
+        # torch.compile pops from the options dict it is given (guard_filter_fn):
+        # record what the script passed.
+        kwargs_given = {k: dict(v) if isinstance(v, dict) else v for k, v in kwargs.items()}
         compiled = torch_compile(model, *args, **kwargs)
         if model is None:
             return compiled  # the decorator form comes back here with the model
         # torch's decorator form passes every argument: keep the ones set.
-        given = {k: v for k, v in kwargs.items()
+        given = {k: v for k, v in kwargs_given.items()
                  if k not in defaults or defaults[k] is not v and defaults[k] != v}
         return obs.watch(model, compiled, given)
 
@@ -415,11 +418,14 @@ def main(args: Any, render: Callable[[dict[str, Any], Any], int] | None = None) 
 
     installed = plugin.config.route_all  # GUARDJIT=1, or guardjit.install() in the script
     limit = TARGETS if getattr(args, "targets", None) is None else args.targets
+    # With --json -, stdout ends with the JSON (the script's own output before it).
+    table = sys.stderr if json_path == "-" else sys.stdout
     entries, failed = advise_targets(targets, limit, args.backend, _settings(args),
-                                     not args.no_progress)
+                                     not args.no_progress, out=table)
     for e in entries:
         if e.get("skipped"):
-            print(f"not advised: {e['target']} (calls: {e['calls']}): {e['skipped']}")
+            print(f"not advised: {e['target']} (calls: {e['calls']}): {e['skipped']}",
+                  file=table)
     rendered = 0
     reports = [e for e in entries if e["report"] is not None]
     if render is not None and (html or plot):

@@ -117,6 +117,10 @@ def test_advise_reports_every_field_and_its_verdicts_hold():
     assert "serves a stale graph when self.scale changes" in nn_all["verdict"]
     glob = opts["skip_guard_on_globals_unsafe"]
     assert not glob["safe"] and [b["source"] for b in glob["bites"]] == ["G['GAIN']"]
+    # The stance, alone on the code as a user runs it, serves the stale graph.
+    stance = opts["skip_guard_eval_unsafe"]
+    assert "self.scale" in {b["source"] for b in stance["bites"]}, stance["verdict"]
+    assert "serves a stale graph when" in stance["verdict"]
     # ... called safe: guardjit and torch's dict tags.
     assert opts["guardjit"]["safe"] and opts["use_recursive_dict_tags_for_guards"]["safe"]
     assert opts["guardjit"]["verdict"].startswith("safe on everything tried")
@@ -153,6 +157,17 @@ def test_advise_reports_every_field_and_its_verdicts_hold():
                 assert torch.equal(plain(x), want) and torch.equal(tags(x), want)
             finally:
                 GAIN = saved
+        # The stance: warmed without it, then self.scale changes under it.
+        torch._dynamo.reset()
+        st = torch.compile(model, backend=SideBackend("eager", "stance"))
+        st(x), st(w)
+        model.scale = 3.0
+        try:
+            with torch.compiler.set_stance("default", skip_guard_eval_unsafe=True):
+                assert not torch.equal(st(x), model(x))  # the stale graph
+        finally:
+            model.scale = 2.0
+        torch._dynamo.reset()
 
 
 class Reshaping(nn.Module):
@@ -221,6 +236,64 @@ def test_train_with_dropout_is_judged_from_the_same_random_state():
     inbuilt = r["unsafe"]["options"]["skip_guard_on_inbuilt_nn_modules_unsafe"]
     assert "self.training" in {b["source"] for b in inbuilt["bites"]}, inbuilt["verdict"]
     assert r["unsafe"]["options"]["guardjit"]["safe"]
+
+
+class Writing(nn.Module):
+    """Train-mode BatchNorm (its statistics change on every call) and an
+    input written in place."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bn = nn.BatchNorm1d(4)
+        self.k = 2.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x.add_(1.0)
+        return self.bn(x) * self.k
+
+
+def test_advise_leaves_the_callers_objects_as_they_were():
+    torch.manual_seed(0)
+    model = Writing().train()
+    x = torch.randn(8, 4)
+    x0 = x.clone()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    r = guardjit.advise(model, (x,), settings=TINY)
+    assert torch.equal(x, x0)
+    after = model.state_dict()
+    assert all(torch.equal(after[k], v) for k, v in state.items())
+    assert model.training and model.k == 2.0
+    # The in-place write no longer makes plain torch differ from eager: k is judged.
+    [k] = [c for c in r["unsafe"]["changes"] if c["source"] == "self.k"]
+    assert k["judged"]
+    assert "self.k" in {b["source"] for b in
+                        r["unsafe"]["options"]["skip_guard_on_all_nn_modules_unsafe"]["bites"]}
+
+
+def test_a_bound_method_gets_a_code_object_of_its_own():
+    from guardjit.advise_measure import own_code
+
+    model = _model()
+    bound = own_code(model.forward)
+    assert bound.__self__ is model
+    assert bound.__func__.__code__ is not Scaled.forward.__code__
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        assert torch.equal(bound(x), model(x))
+
+
+def test_cli_json_to_stdout_is_the_json_alone_and_bad_values_are_refused():
+    r = subprocess.run([sys.executable, "-m", "guardjit", "advise", "guardjit.models:two_input_mlp",
+                        "--quick", "--json", "-", "--no-progress", "--groups", "1",
+                        "--changes", "2", "--rounds", "1"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout)["schema"] == advise_mod.SCHEMA
+    for flag, value in (("--rounds", "0"), ("--groups", "-1"), ("--changes", "-1")):
+        bad = subprocess.run([sys.executable, "-m", "guardjit", "advise",
+                              "guardjit.models:two_input_mlp", flag, value],
+                             capture_output=True, text=True, timeout=120)
+        assert bad.returncode == 2 and "must be at least" in bad.stderr, (flag, bad.stderr)
 
 
 class Based(nn.Module):

@@ -155,6 +155,12 @@ def test_script_runs_unchanged_and_each_target_is_advised(tmp_path):
     # The module's own attribute, as for a factory.
     nn_all = net["report"]["unsafe"]["options"]["skip_guard_on_all_nn_modules_unsafe"]
     assert "self.act" in {b["source"] for b in nn_all["bites"]}
+    # --from-json renders the script's report again, one page per advised target.
+    again = _advise("--from-json", "advise.json", "--html", "again.html", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.count("1. Per call") == 2
+    assert sorted(p.name for p in tmp_path.glob("again*")) == ["again-Net.html",
+                                                              "again-post.html"]
 
 
 def test_script_that_raises_is_a_clear_error(tmp_path):

@@ -803,9 +803,11 @@ class Progress:
             print(f"[{self.n + 1}/{self.total} {el:5.0f}s] {what}", file=sys.stderr, flush=True)
         self.n += 1
 
-    def close(self) -> None:
+    def close(self, done: bool = False) -> None:
+        """Ends the bar; ``done``: the work finished, so it shows the total
+        (an estimated total may have been more steps than ran)."""
         if self.bar is not None:
-            self.bar.update(1)
+            self.bar.update(self.total - self.bar.n if done else 1)
             self.bar.close()
 
 
