@@ -23,18 +23,11 @@ from guardjit.advise_measure import SIDES
 from guardjit.advise_safety import OPTIONS
 from guardjit.bench.run import SideBackend
 
+from advise_cases import Block
+
 GAIN = 1.5  # a global the model reads: skip_guard_on_globals_unsafe drops its guard
 
 TINY = Settings(rounds=2, profile_calls=4, target_ms=0.1, depth=2, groups=1, changes=6)
-
-
-class Block(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Linear(4, 4)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(self.lin(x))
 
 
 class Scaled(nn.Module):

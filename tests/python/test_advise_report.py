@@ -22,18 +22,11 @@ import guardjit.advise
 from guardjit import advise_report
 from guardjit.advise import Settings
 
+from advise_cases import Block
+
 SCALE = 1.5  # a global the model reads: its guards' group is G['SCALE'], with quotes
 
 TINY = Settings(rounds=2, profile_calls=4, target_ms=0.1, depth=2, groups=1, changes=4)
-
-
-class Block(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Linear(4, 4)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(self.lin(x))
 
 
 class Model(nn.Module):
