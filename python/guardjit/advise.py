@@ -186,10 +186,10 @@ SIDE_LABELS = {"use_recursive_dict_tags_for_guards": "torch dict tags",
 def format_report(r: dict[str, Any]) -> str:
     out = [f"guardjit advise: {r['model']} (backend {r['backend']}, torch {r['torch_version']}, "
            f"{r['wall_s']:.0f} s; medians of interleaved rounds, one process)", "",
-           *([f"   ({r['settings'].get('rounds')} rounds: one slow round can move a median; "
+           "1. Per call (µs)",
+           *([f"  ({r['settings'].get('rounds')} rounds: one slow round can move a median; "
               "the lookup and check columns hold better than the whole call)"]
              if (r.get("settings") or {}).get("rounds", 7) < 5 else []),
-           "1. Per call (µs)",
            f"  {'side':<42} {'lookup':>8} {'check':>8} {'pregraph':>8} {'call':>9} "
            f"{'call/torch':>10}"]
     for name, s in r["sides"].items():
@@ -210,7 +210,9 @@ def format_report(r: dict[str, Any]) -> str:
                        f"{SIDE_LABELS.get(name, name)} ({word} it, without its risk)")
         both = n.get("guardjit_with_option_over_option")
         if both is not None:
-            out.append(f"  guardjit with that option: {both:.2f}x (the option's risk stays)")
+            with_label = SIDE_LABELS.get(f"guardjit+{name}", f"guardjit+{name}")
+            out.append(f"  {with_label}: {both:.2f}x the {what} of "
+                       f"{SIDE_LABELS.get(name, name)} (the option's risk stays)")
     out += ["", f"2. Where the guard time goes (groups: {r['guards']['depth']} source steps)"]
     for u in r["guards"]["units"]:
         skip = u.get("subtree_skip") or {}
@@ -242,9 +244,11 @@ def format_report(r: dict[str, Any]) -> str:
         out.append(f"  {lay['count']} layers ({where}); lookup µs per layer: {per}")
     u = r["unsafe"]
     judged = sum(1 for c in u["changes"] if c.get("judged"))
+    raised = sum(1 for c in u["changes"] if c["eager_error"]
+                 and not c["eager_error"].startswith("not applicable"))
     out += ["", f"3. Which unsafe switch would bite ({len(u['changes'])} changes tried, "
                 f"{judged} judged: plain torch agrees with eager there; eager raised on "
-                f"{len(u['changes']) - u['changes_run_in_eager']}; each side against eager)"]
+                f"{raised}; each side against eager)"]
     for name, o in r["unsafe"]["options"].items():
         drops = "-" if o["dropped_guards"] is None else o["dropped_guards"]
         out.append(f"  {name}: drops {drops} guards; {o['verdict']}")

@@ -216,6 +216,7 @@ def verdict_of(bites: list[dict[str, Any]], tried: int, unjudged: int = 0) -> st
         more = (f"; {unjudged} more not judged: plain torch differs from eager there"
                 if unjudged else "")
         return f"safe on everything tried ({tried} changes{more})"
+
     def what(b: dict[str, Any]) -> str:
         return b["change"] if b["source"] == "<inputs>" else b["source"]
 
@@ -330,11 +331,11 @@ def assess(case: BenchCase, warmup: list[tuple], backend: str, limit: int,
         first = got[0]
         env = mut.Env(dict(first.f_locals), {"G": _globals_of(first.code), **first.f_locals})
         changes = draw_changes(first_seen, env, warmup, limit)
-        fresh = collections.Counter()
+        rebuilt = collections.Counter()
 
         def rebuild(name: str) -> _Side:
-            fresh[name] += 1
-            side = _Side(name, case, backend, f"-{fresh[name]}")
+            rebuilt[name] += 1
+            side = _Side(name, case, backend, f"-{rebuilt[name]}")
             for a in [args0] + warmup:
                 _run(side, a, kwargs) if name != STANCE else \
                     _run(lambda a, k: side.model(*a, **k), a, kwargs)
