@@ -60,6 +60,16 @@ class Settings:
     def quick_mode(cls) -> Settings:
         return cls(rounds=3, profile_calls=20, target_ms=0.5, groups=3, changes=8)
 
+    @classmethod
+    def from_args(cls, args: Any) -> Settings:
+        """The settings of ``python -m guardjit advise``: ``--quick``, then
+        ``--depth``/``--groups``/``--changes``/``--rounds`` where given."""
+        s = cls.quick_mode() if args.quick else cls()
+        for field in ("depth", "groups", "changes", "rounds"):
+            if getattr(args, field, None) is not None:
+                setattr(s, field, getattr(args, field))
+        return s
+
 
 def _case(model: Any, args: tuple, kwargs: dict, name: str, layers: int | None) -> Any:
     from guardjit.bench.corpus import BenchCase
@@ -285,10 +295,7 @@ def main(args: Any, render: Callable[[dict[str, Any]], int] | None = None) -> in
     except (ImportError, AttributeError, ValueError) as e:
         print(f"python -m guardjit advise: error: {e}", file=sys.stderr)
         return 2
-    s = Settings.quick_mode() if args.quick else Settings()
-    for field in ("depth", "groups", "changes", "rounds"):
-        if getattr(args, field, None) is not None:
-            setattr(s, field, getattr(args, field))
+    s = Settings.from_args(args)
     try:
         report = advise(**got, backend=args.backend, settings=s, progress=not args.no_progress)
     except ValueError as e:  # e.g. nothing to advise on: no compile unit

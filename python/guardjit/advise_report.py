@@ -77,11 +77,6 @@ def measures(report: dict[str, Any]) -> list[str]:
     return [m for m in MEASURES if m in seen] + [m for m in seen if m not in MEASURES]
 
 
-def measured_groups(report: dict[str, Any]) -> list[tuple[str, str, float]]:
-    """(unit, group, cost_us) of every group with a measured cost, largest first."""
-    return [(u, g, c) for u, g, c, _ in measured_group_costs(report)]
-
-
 def measured_group_costs(report: dict[str, Any]) -> list[tuple[str, str, float, float | None]]:
     """(unit, group, cost_us, dynamo_cost_us) of every group with a measured
     cost, largest guardjit cost first."""
@@ -560,5 +555,5 @@ def _table_and_render(report: dict[str, Any], args: Any) -> int:
     return render(report, args)
 
 
-__all__ = ["plot", "html", "page", "png_bytes", "load_json", "measures", "measured_groups",
+__all__ = ["plot", "html", "page", "png_bytes", "load_json", "measures", "measured_group_costs",
            "verdicts", "render", "from_json_main"]

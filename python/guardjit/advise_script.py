@@ -367,16 +367,6 @@ def advise_targets(targets: list[Target], limit: int, backend: str, settings: An
     return entries, failed
 
 
-def _settings(args: Any) -> Any:
-    from guardjit.advise import Settings
-
-    s = Settings.quick_mode() if args.quick else Settings()
-    for field in ("depth", "groups", "changes", "rounds"):
-        if getattr(args, field, None) is not None:
-            setattr(s, field, getattr(args, field))
-    return s
-
-
 def _per_target(path: str | None, name: str, many: bool) -> str | None:
     """``--html``/``--plot`` for one target: the path given, or with several
     targets advised ``stem-<target>.ext``."""
@@ -415,12 +405,13 @@ def main(args: Any, render: Callable[[dict[str, Any], Any], int] | None = None) 
               "called the result: no inputs to advise on", file=sys.stderr)
         return 2
     from guardjit import plugin
+    from guardjit.advise import Settings
 
     installed = plugin.config.route_all  # GUARDJIT=1, or guardjit.install() in the script
     limit = TARGETS if getattr(args, "targets", None) is None else args.targets
     # With --json -, stdout ends with the JSON (the script's own output before it).
     table = sys.stderr if json_path == "-" else sys.stdout
-    entries, failed = advise_targets(targets, limit, args.backend, _settings(args),
+    entries, failed = advise_targets(targets, limit, args.backend, Settings.from_args(args),
                                      not args.no_progress, out=table)
     for e in entries:
         if e.get("skipped"):
